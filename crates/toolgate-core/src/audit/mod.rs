@@ -1,0 +1,181 @@
+//! The audit chain: what one record holds, how it is sealed, and how a file of records is verified.
+//!
+//! Format of seed 000 (`vectors/README.md`): one canonical JSON object per line, separated by `\n`
+//! only; `sha256 = SHA-256(prev_sha256 as 64 hex chars || canonical(record without "sha256"))`, and
+//! `prev_sha256` of the first record is 64 zeros. Arguments appear only as `args_digest`.
+//!
+//! This module owns the format and nothing else: it never touches a file. The writer
+//! (`toolgate-store`) and the verifier (`toolgate audit verify`) both go through [`Chain::seal`] and
+//! [`verify`], so the encoder that writes a record is the one that checks it.
+
+mod scan;
+mod verify;
+
+#[cfg(test)]
+mod tests;
+
+use serde_json::{Map, Value};
+use sha2::{Digest, Sha256};
+
+use crate::canonical;
+
+pub use verify::{Break, Report, VerifyError, verify};
+
+/// `prev_sha256` of the first record of a chain.
+pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// What the gate decided about a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    Deny,
+    /// The log itself was repaired at start (a torn last line moved aside).
+    Recover,
+}
+
+impl Decision {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+            Self::Recover => "recover",
+        }
+    }
+}
+
+/// What happened after the decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The effect was made durable by this call.
+    Committed,
+    /// The effect already existed for this idempotency key; nothing was done again.
+    Replay,
+    /// A read observed state.
+    Observed,
+    /// Refused before any handler ran.
+    NotExecuted,
+    /// The idempotency key was used before with other arguments.
+    Conflict,
+    /// The handler ran and failed.
+    Failed,
+    /// A torn final line was moved out of the log file.
+    TornTailMovedAside,
+}
+
+impl Outcome {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Committed => "committed",
+            Self::Replay => "replay",
+            Self::Observed => "observed",
+            Self::NotExecuted => "not_executed",
+            Self::Conflict => "conflict",
+            Self::Failed => "failed",
+            Self::TornTailMovedAside => "torn_tail_moved_aside",
+        }
+    }
+}
+
+/// A record before it is placed in the chain: everything but `ts`, `prev_sha256` and `sha256`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub request_id: String,
+    pub method: String,
+    pub name: String,
+    pub decision: Decision,
+    pub outcome: Outcome,
+    /// SHA-256 of the canonical arguments ([`canonical::digest`]).
+    pub args_digest: String,
+}
+
+impl Event {
+    /// An event for a `tools/call`, digesting `arguments`.
+    #[must_use]
+    pub fn tool_call(
+        request_id: impl Into<String>,
+        name: impl Into<String>,
+        decision: Decision,
+        outcome: Outcome,
+        arguments: &Value,
+    ) -> Self {
+        Self {
+            request_id: request_id.into(),
+            method: "tools/call".to_owned(),
+            name: name.into(),
+            decision,
+            outcome,
+            args_digest: canonical::digest(arguments),
+        }
+    }
+}
+
+/// A record placed in the chain: its line as written (with the trailing `\n`) and its hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    pub line: Vec<u8>,
+    pub sha256: String,
+}
+
+/// The head of a chain; sealing an event advances it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chain {
+    head: String,
+}
+
+impl Chain {
+    /// A chain whose last record has hash `head` ([`GENESIS`] for an empty log).
+    #[must_use]
+    pub fn new(head: String) -> Self {
+        Self { head }
+    }
+
+    #[must_use]
+    pub fn head(&self) -> &str {
+        &self.head
+    }
+
+    /// Places `event` after the current head, stamped `ts` (nanoseconds since the epoch).
+    pub fn seal(&mut self, event: &Event, ts: u64) -> Sealed {
+        let mut record = Map::new();
+        let mut put = |key: &str, value: &str| {
+            record.insert(key.to_owned(), Value::String(value.to_owned()));
+        };
+        put("args_digest", &event.args_digest);
+        put("decision", event.decision.as_str());
+        put("method", &event.method);
+        put("name", &event.name);
+        put("outcome", event.outcome.as_str());
+        put("prev_sha256", &self.head);
+        put("request_id", &event.request_id);
+        record.insert("ts".to_owned(), Value::from(ts));
+        let mut record = Value::Object(record);
+        let sha256 = record_hash(&self.head, &canonical::to_vec(&record));
+        if let Value::Object(map) = &mut record {
+            map.insert("sha256".to_owned(), Value::String(sha256.clone()));
+        }
+        let mut line = canonical::to_vec(&record);
+        line.push(b'\n');
+        self.head.clone_from(&sha256);
+        Sealed { line, sha256 }
+    }
+}
+
+/// `SHA-256(prev || body)` as hex, where `body` is the canonical record without its `sha256`.
+#[must_use]
+pub fn record_hash(prev: &str, body: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(prev.as_bytes());
+    hasher.update(body);
+    hex::encode(hasher.finalize())
+}
+
+/// The `sha256` of one complete line, if it is a record whose own hash matches its content.
+///
+/// Used at start to recover the head from the last line without reading the whole file.
+#[must_use]
+pub fn line_head(line: &[u8]) -> Option<String> {
+    let checked = verify::check_line(line).ok()?;
+    (checked.computed == checked.claimed).then_some(checked.claimed)
+}

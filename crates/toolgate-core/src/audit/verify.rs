@@ -1,0 +1,155 @@
+//! Streaming verification of an audit file: one pass, constant memory, first break wins.
+
+use std::io::{self, BufRead};
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{GENESIS, record_hash, scan};
+use crate::canonical;
+
+/// Why a file is not an intact chain, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Break {
+    /// 1-based line number.
+    pub line: u64,
+    pub reason: String,
+}
+
+/// What a verification found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// Records that verified before the first break (all of them when intact).
+    pub records: u64,
+    /// `sha256` of the last record that verified ([`GENESIS`] when none did).
+    pub head: String,
+    pub broken: Option<Break>,
+}
+
+impl Report {
+    #[must_use]
+    pub fn intact(&self) -> bool {
+        self.broken.is_none()
+    }
+}
+
+/// The file could not be read at all (as opposed to read and found broken).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read audit log")]
+pub struct VerifyError(#[from] io::Error);
+
+/// Verifies the chain in `reader`; with `expect_head`, an intact chain must also end there.
+///
+/// # Errors
+/// Only when reading fails; a malformed or tampered file is a [`Report`] with `broken` set.
+pub fn verify<R: BufRead>(mut reader: R, expect_head: Option<&str>) -> Result<Report, VerifyError> {
+    let mut head = GENESIS.to_owned();
+    let mut records = 0_u64;
+    let mut line = Vec::with_capacity(512);
+    let broken = |line: u64, reason: &str, head: String, records: u64| Report {
+        records,
+        head,
+        broken: Some(Break {
+            line,
+            reason: reason.to_owned(),
+        }),
+    };
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        let number = records + 1;
+        let Some(body) = line.strip_suffix(b"\n") else {
+            return Ok(broken(
+                number,
+                "torn append: the last line has no terminating newline",
+                head,
+                records,
+            ));
+        };
+        let checked = match check_line(body) {
+            Ok(checked) => checked,
+            Err(reason) => return Ok(broken(number, reason, head, records)),
+        };
+        if checked.prev != head {
+            return Ok(broken(
+                number,
+                "prev_sha256 does not link to the previous record",
+                head,
+                records,
+            ));
+        }
+        if checked.computed != checked.claimed {
+            return Ok(broken(
+                number,
+                "sha256 does not match the record",
+                head,
+                records,
+            ));
+        }
+        head = checked.claimed;
+        records = number;
+    }
+    if let Some(expected) = expect_head
+        && expected != head
+    {
+        return Ok(Report {
+            records,
+            broken: Some(Break {
+                line: records,
+                reason: format!(
+                    "head {head} is not the expected head {expected} (truncated or rewritten)"
+                ),
+            }),
+            head,
+        });
+    }
+    Ok(Report {
+        records,
+        head,
+        broken: None,
+    })
+}
+
+/// One line's claimed link and hash, and the hash its content really has (chained on its own
+/// `prev_sha256`; the caller checks that link).
+pub(super) struct Checked {
+    pub(super) prev: String,
+    pub(super) claimed: String,
+    pub(super) computed: String,
+}
+
+/// Checks one line without its newline. The fast path hashes the bytes as they are when the line
+/// is already canonical (what the writer produces); anything else is parsed and re-encoded.
+pub(super) fn check_line(body: &[u8]) -> Result<Checked, &'static str> {
+    if let Some(fast) = scan::canonical_record(body) {
+        let prev = std::str::from_utf8(&body[fast.prev.clone()]).map_err(|_| NOT_RECORD)?;
+        let claimed = std::str::from_utf8(&body[fast.sha.clone()]).map_err(|_| NOT_RECORD)?;
+        let mut hasher = Sha256::new();
+        hasher.update(prev.as_bytes());
+        hasher.update(&body[..fast.member.start]);
+        hasher.update(&body[fast.member.end..]);
+        return Ok(Checked {
+            prev: prev.to_owned(),
+            claimed: claimed.to_owned(),
+            computed: hex::encode(hasher.finalize()),
+        });
+    }
+    let mut record: Value = serde_json::from_slice(body).map_err(|_| NOT_RECORD)?;
+    let map = record.as_object_mut().ok_or(NOT_RECORD)?;
+    let Some(Value::String(claimed)) = map.remove("sha256") else {
+        return Err("record has no sha256 string");
+    };
+    let Some(Value::String(prev)) = map.get("prev_sha256").cloned() else {
+        return Err("record has no prev_sha256 string");
+    };
+    let computed = record_hash(&prev, &canonical::to_vec(&record));
+    Ok(Checked {
+        prev,
+        claimed,
+        computed,
+    })
+}
+
+const NOT_RECORD: &str = "not a complete JSON record (torn append or corrupted line)";

@@ -1,0 +1,129 @@
+//! Canonical JSON: the one byte form that hashes, digests and fingerprints are computed over.
+//!
+//! The form is seed 000's `json.dumps(sort_keys=True, separators=(",", ":"), ensure_ascii=False)`:
+//! object keys sorted by code point, no insignificant whitespace, non-ASCII written as raw UTF-8,
+//! control characters escaped the way JSON requires (`\n`, `\t`, … and `\u00XX` in lower-case hex).
+//! Keys are sorted here explicitly rather than trusting `serde_json::Map` order, because any crate in
+//! the build can switch `serde_json/preserve_order` on through feature unification, and a silent
+//! change of order would make every deployed audit log stop verifying.
+//!
+//! Numbers: integers are written in decimal; other numbers in serde_json's shortest round-trip form,
+//! which can differ from Python's `repr` for exponents (`1e16` against `1e+16`). Audit records hold
+//! only integers, so the chain is unaffected; argument digests of calls with such floats are
+//! toolgate's own.
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// Encodes `value` in canonical form.
+#[must_use]
+pub fn to_vec(value: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    write(value, &mut out);
+    out
+}
+
+/// Appends the canonical form of `value` to `out`.
+pub fn write(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.extend_from_slice(b"null"),
+        Value::Bool(true) => out.extend_from_slice(b"true"),
+        Value::Bool(false) => out.extend_from_slice(b"false"),
+        Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Value::String(s) => write_str(s, out),
+        Value::Array(items) => {
+            out.push(b'[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write(item, out);
+            }
+            out.push(b']');
+        }
+        Value::Object(map) => {
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            // Byte order of UTF-8 is code-point order, which is what Python's sort_keys uses.
+            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            out.push(b'{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                write_str(key, out);
+                out.push(b':');
+                write(item, out);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Appends `s` as a JSON string literal in canonical form.
+pub fn write_str(s: &str, out: &mut Vec<u8>) {
+    out.push(b'"');
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let escape: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0x00..=0x1f => {
+                out.extend_from_slice(&bytes[start..i]);
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(b"\\u00");
+                out.push(HEX[usize::from(b >> 4)]);
+                out.push(HEX[usize::from(b & 0x0f)]);
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escape);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
+}
+
+/// SHA-256 of the canonical form of `value`, as 64 lower-case hex characters.
+///
+/// This is the `args_digest` of an audit record when `value` is a call's arguments.
+#[must_use]
+pub fn digest(value: &Value) -> String {
+    hex::encode(Sha256::digest(to_vec(value)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn sorts_keys_at_every_level_and_drops_whitespace() {
+        let value = json!({"b": 1, "a": {"z": [true, null], "y": "x"}});
+        assert_eq!(to_vec(&value), br#"{"a":{"y":"x","z":[true,null]},"b":1}"#);
+    }
+
+    #[test]
+    fn escapes_like_python_json_dumps_with_ensure_ascii_false() {
+        let value = json!("q\"b\\n\n\u{1}\u{7f}é😀\u{2028}\u{202e}");
+        let expected = "\"q\\\"b\\\\n\\n\\u0001\u{7f}é😀\u{2028}\u{202e}\"";
+        assert_eq!(String::from_utf8(to_vec(&value)).unwrap(), expected);
+    }
+
+    #[test]
+    fn empty_arguments_digest_matches_the_seed() {
+        // read_ledger() records this digest in the seed's audit log (vectors, line 3).
+        assert_eq!(
+            digest(&json!({})),
+            "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
+        );
+    }
+}

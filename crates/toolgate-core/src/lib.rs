@@ -1,0 +1,10 @@
+//! toolgate-core: the part of the tool-call boundary that must be readable and testable on its own.
+//!
+//! It owns the policy and its decisions, the audit chain's format and verifier, and canonical JSON.
+//! It must not depend on an async runtime, the MCP SDK, a database or a CLI parser (DESIGN.md §2):
+//! the security argument lives here and is checked in milliseconds by unit tests, and an SDK upgrade
+//! never touches it.
+
+pub mod audit;
+pub mod canonical;
+pub mod policy;

@@ -1,0 +1,236 @@
+//! The journal: every audit record and every ledger effect, made durable in order by one writer.
+//!
+//! Files in the data directory:
+//! - `audit.jsonl`: the chained audit log in seed 000's format, the file `toolgate audit verify` reads;
+//! - `ledger.wal`: the ledger's write-ahead log, one line per committed note holding the note *and*
+//!   its complete audit record.
+//!
+//! Commit protocol (storage-engine style, one sync per note instead of the seed's three): a note's
+//! frame is appended to `ledger.wal` and `fdatasync`ed, which makes the effect and its audit record
+//! durable together; the audit line is then appended to `audit.jsonl` without a sync of its own.
+//! Records that carry no effect (denials, reads, replays) are synced in `audit.jsonl` itself. Because
+//! the audit file is written in chain order and every synced record follows the lines before it, what
+//! a crash can take from `audit.jsonl` is only a suffix of note records, and each of those is in the
+//! WAL: [`Journal::open`] re-appends them (their `prev_sha256` links onto the recovered head). The
+//! in-memory note index is derived from the WAL at start.
+//!
+//! Group commit: callers hand requests to the writer thread over a channel; it takes everything
+//! queued, writes each file once, syncs each file at most once, then answers every caller. An answer
+//! therefore always leaves after its record is on disk, and concurrent calls share one sync.
+//!
+//! Idempotency lives in the writer, the single sequencer: "is this request_id new?" and "make it
+//! durable" happen in one step, so two concurrent calls with one key cannot both commit.
+
+mod crash;
+mod error;
+mod open;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock, mpsc};
+
+use tokio::sync::oneshot;
+use toolgate_core::audit::{Event, Outcome};
+
+pub use error::JournalError;
+
+/// File name of the audit log inside the data directory.
+pub const AUDIT_FILE: &str = "audit.jsonl";
+/// File name of the ledger write-ahead log inside the data directory.
+pub const WAL_FILE: &str = "ledger.wal";
+
+/// One committed note.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Note {
+    pub request_id: String,
+    pub text: String,
+}
+
+/// What happened to a `put_note`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoteOutcome {
+    /// New request_id: the note is now durable.
+    Committed,
+    /// Same request_id and text as a committed note: nothing written but the audit record.
+    Replay,
+    /// Same request_id, other text: refused.
+    Conflict,
+}
+
+/// Proof that a record is durable: its hash, the new head of the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Receipt {
+    pub sha256: String,
+}
+
+/// What [`Journal::open`] repaired, for the log line that says so.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Where a torn tail of `audit.jsonl` was moved, and how many bytes it had.
+    pub torn_audit: Option<(PathBuf, u64)>,
+    /// Bytes of a torn last frame cut from `ledger.wal` (never acknowledged).
+    pub torn_wal_bytes: u64,
+    /// Audit records restored from the WAL.
+    pub replayed: u64,
+}
+
+/// Notes in commit order, with an index by request_id.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    order: Vec<Note>,
+    by_id: HashMap<String, usize>,
+}
+
+impl Ledger {
+    pub(crate) fn get(&self, request_id: &str) -> Option<&Note> {
+        self.by_id.get(request_id).map(|&i| &self.order[i])
+    }
+
+    pub(crate) fn insert(&mut self, note: Note) {
+        self.by_id.insert(note.request_id.clone(), self.order.len());
+        self.order.push(note);
+    }
+}
+
+pub(crate) enum Request {
+    Record {
+        event: Event,
+        reply: oneshot::Sender<Result<Receipt, JournalError>>,
+    },
+    PutNote {
+        note: Note,
+        event: Event,
+        reply: oneshot::Sender<Result<(NoteOutcome, Receipt), JournalError>>,
+    },
+}
+
+/// Handle to the journal; cheap to clone, shared by every call.
+#[derive(Clone, Debug)]
+pub struct Journal {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    tx: mpsc::Sender<Request>,
+    ledger: Arc<RwLock<Ledger>>,
+    dir: PathBuf,
+    head: Arc<RwLock<String>>,
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal in `dir`, repairs a crash's leftovers, and starts the
+    /// writer. Holds an exclusive lock on the audit log until the last handle is dropped.
+    ///
+    /// # Errors
+    /// The directory cannot be used, another process holds the lock, or a file is corrupt in a way
+    /// a crash cannot explain (then nothing is changed and the caller must not serve).
+    pub fn open(dir: &Path) -> Result<(Self, Recovery), JournalError> {
+        let opened = open::open(dir)?;
+        let ledger = Arc::new(RwLock::new(opened.ledger));
+        let head = Arc::new(RwLock::new(opened.chain.head().to_owned()));
+        let (tx, rx) = mpsc::channel();
+        writer::spawn(
+            writer::Writer::new(
+                opened.files,
+                opened.chain,
+                Arc::clone(&ledger),
+                Arc::clone(&head),
+            ),
+            rx,
+        )?;
+        let inner = Inner {
+            tx,
+            ledger,
+            dir: dir.to_path_buf(),
+            head,
+        };
+        Ok((
+            Self {
+                inner: Arc::new(inner),
+            },
+            opened.recovery,
+        ))
+    }
+
+    /// Appends `event` to the audit chain; returns once it is durable.
+    ///
+    /// # Errors
+    /// The record could not be made durable.
+    pub async fn record(&self, event: Event) -> Result<Receipt, JournalError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::Record { event, reply })?;
+        answer.await.map_err(|_| JournalError::Closed)?
+    }
+
+    /// Commits `note` once per request_id and records `event` with the outcome filled in
+    /// (`allow/committed`, `allow/replay` or `deny/conflict`); returns once both are durable.
+    ///
+    /// # Errors
+    /// The note or its record could not be made durable; the caller must not report success.
+    pub async fn put_note(
+        &self,
+        note: Note,
+        event: Event,
+    ) -> Result<(NoteOutcome, Receipt), JournalError> {
+        let (reply, answer) = oneshot::channel();
+        self.send(Request::PutNote { note, event, reply })?;
+        answer.await.map_err(|_| JournalError::Closed)?
+    }
+
+    /// Every committed note, in commit order: the state after every acknowledged mutation.
+    #[must_use]
+    pub fn notes(&self) -> Vec<Note> {
+        self.inner
+            .ledger
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .order
+            .clone()
+    }
+
+    /// Hash of the last durable record.
+    #[must_use]
+    pub fn head(&self) -> String {
+        self.inner
+            .head
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Path of the audit log.
+    #[must_use]
+    pub fn audit_path(&self) -> PathBuf {
+        self.inner.dir.join(AUDIT_FILE)
+    }
+
+    fn send(&self, request: Request) -> Result<(), JournalError> {
+        self.inner
+            .tx
+            .send(request)
+            .map_err(|_| JournalError::Closed)
+    }
+}
+
+/// The outcome a note request ends with, as the audit sees it.
+pub(crate) fn note_audit(outcome: NoteOutcome) -> (toolgate_core::audit::Decision, Outcome) {
+    use toolgate_core::audit::Decision;
+    match outcome {
+        NoteOutcome::Committed => (Decision::Allow, Outcome::Committed),
+        NoteOutcome::Replay => (Decision::Allow, Outcome::Replay),
+        NoteOutcome::Conflict => (Decision::Deny, Outcome::Conflict),
+    }
+}
+
+/// Wall-clock nanoseconds since the epoch, the audit record's `ts`.
+pub(crate) fn now_ns() -> u64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+}

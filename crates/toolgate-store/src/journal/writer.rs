@@ -1,0 +1,258 @@
+//! The writer thread: takes every queued request, writes each file once, syncs each at most once,
+//! then answers. A failed write poisons the journal: nothing later is acknowledged, because the
+//! files' state is no longer known.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock, mpsc};
+
+use toolgate_core::audit::{Chain, Sealed};
+use toolgate_core::canonical;
+
+use super::{JournalError, Ledger, Note, NoteOutcome, Receipt, Request, crash, note_audit, now_ns};
+
+/// Most requests taken into one batch; bounds the latency of the first caller in a flood.
+const MAX_BATCH: usize = 4096;
+
+pub(crate) struct Files {
+    pub(crate) audit: File,
+    pub(crate) audit_path: PathBuf,
+    pub(crate) wal: File,
+    pub(crate) wal_path: PathBuf,
+}
+
+pub(crate) struct Writer {
+    files: Files,
+    chain: Chain,
+    ledger: Arc<RwLock<Ledger>>,
+    head: Arc<RwLock<String>>,
+    poisoned: bool,
+}
+
+enum Reply {
+    Record(
+        tokio::sync::oneshot::Sender<Result<Receipt, JournalError>>,
+        Receipt,
+    ),
+    Note(
+        tokio::sync::oneshot::Sender<Result<(NoteOutcome, Receipt), JournalError>>,
+        NoteOutcome,
+        Receipt,
+    ),
+}
+
+impl Reply {
+    fn send(self) {
+        // A caller that went away (cancelled) still had its record made durable; nothing to undo.
+        match self {
+            Self::Record(tx, receipt) => drop(tx.send(Ok(receipt))),
+            Self::Note(tx, outcome, receipt) => drop(tx.send(Ok((outcome, receipt)))),
+        }
+    }
+
+    fn fail(self, error: impl Fn() -> JournalError) {
+        match self {
+            Self::Record(tx, _) => drop(tx.send(Err(error()))),
+            Self::Note(tx, _, _) => drop(tx.send(Err(error()))),
+        }
+    }
+}
+
+pub(crate) fn spawn(writer: Writer, rx: mpsc::Receiver<Request>) -> Result<(), JournalError> {
+    std::thread::Builder::new()
+        .name("toolgate-journal".to_owned())
+        .spawn(move || writer.run(&rx))
+        .map(drop)
+        .map_err(|source| JournalError::Io {
+            context: "cannot start the journal writer for",
+            path: PathBuf::new(),
+            source,
+        })
+}
+
+impl Writer {
+    pub(crate) fn new(
+        files: Files,
+        chain: Chain,
+        ledger: Arc<RwLock<Ledger>>,
+        head: Arc<RwLock<String>>,
+    ) -> Self {
+        Self {
+            files,
+            chain,
+            ledger,
+            head,
+            poisoned: false,
+        }
+    }
+
+    fn run(mut self, rx: &mpsc::Receiver<Request>) {
+        let mut batch = Vec::new();
+        while let Ok(first) = rx.recv() {
+            batch.push(first);
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(next) => batch.push(next),
+                    Err(_) => break,
+                }
+            }
+            self.commit(&mut batch);
+        }
+    }
+
+    fn commit(&mut self, batch: &mut Vec<Request>) {
+        if self.poisoned {
+            for request in batch.drain(..) {
+                match request {
+                    Request::Record { reply, .. } => drop(reply.send(Err(JournalError::Poisoned))),
+                    Request::PutNote { reply, .. } => drop(reply.send(Err(JournalError::Poisoned))),
+                }
+            }
+            return;
+        }
+        let start_head = self.chain.clone();
+        let mut wal = Vec::new();
+        let mut audit = Vec::new();
+        let mut audit_needs_sync = false;
+        let mut new_notes: Vec<Note> = Vec::new();
+        let mut pending: HashMap<String, usize> = HashMap::new();
+        let mut replies = Vec::with_capacity(batch.len());
+        let ts = now_ns();
+        for request in batch.drain(..) {
+            match request {
+                Request::Record { event, reply } => {
+                    let sealed = self.chain.seal(&event, ts);
+                    audit.extend_from_slice(&sealed.line);
+                    audit_needs_sync = true;
+                    replies.push(Reply::Record(
+                        reply,
+                        Receipt {
+                            sha256: sealed.sha256,
+                        },
+                    ));
+                }
+                Request::PutNote {
+                    note,
+                    mut event,
+                    reply,
+                } => {
+                    let outcome = {
+                        let ledger = self
+                            .ledger
+                            .read()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner);
+                        let existing = ledger
+                            .get(&note.request_id)
+                            .or_else(|| pending.get(&note.request_id).map(|&i| &new_notes[i]));
+                        match existing {
+                            None => NoteOutcome::Committed,
+                            Some(stored) if stored.text == note.text => NoteOutcome::Replay,
+                            Some(_) => NoteOutcome::Conflict,
+                        }
+                    };
+                    (event.decision, event.outcome) = note_audit(outcome);
+                    let sealed = self.chain.seal(&event, ts);
+                    if outcome == NoteOutcome::Committed {
+                        wal.extend_from_slice(&frame(&note, &sealed));
+                        pending.insert(note.request_id.clone(), new_notes.len());
+                        new_notes.push(note);
+                    } else {
+                        audit_needs_sync = true;
+                    }
+                    audit.extend_from_slice(&sealed.line);
+                    replies.push(Reply::Note(
+                        reply,
+                        outcome,
+                        Receipt {
+                            sha256: sealed.sha256,
+                        },
+                    ));
+                }
+            }
+        }
+        if let Err(error) = self.write(&wal, &audit, audit_needs_sync) {
+            tracing::error!(error = %error, "journal write failed; refusing every later request");
+            self.poisoned = true;
+            self.chain = start_head;
+            for reply in replies {
+                reply.fail(|| JournalError::Poisoned);
+            }
+            return;
+        }
+        {
+            let mut ledger = self
+                .ledger
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for note in new_notes {
+                ledger.insert(note);
+            }
+        }
+        *self
+            .head
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = self.chain.head().to_owned();
+        crash::point(crash::BEFORE_ANSWER, || {});
+        for reply in replies {
+            reply.send();
+        }
+    }
+
+    fn write(
+        &mut self,
+        wal: &[u8],
+        audit: &[u8],
+        audit_needs_sync: bool,
+    ) -> Result<(), JournalError> {
+        let Files {
+            audit: audit_file,
+            audit_path,
+            wal: wal_file,
+            wal_path,
+        } = &mut self.files;
+        crash::point(crash::BEFORE_APPEND, || {});
+        if !wal.is_empty() {
+            crash::point(crash::TORN_WAL, || {
+                let _ = wal_file.write_all(&wal[..wal.len() / 2]);
+            });
+            wal_file
+                .write_all(wal)
+                .map_err(JournalError::io("cannot append to", wal_path))?;
+            wal_file
+                .sync_data()
+                .map_err(JournalError::io("cannot sync", wal_path))?;
+            crash::point(crash::AFTER_WAL_SYNC, || {});
+        }
+        if !audit.is_empty() {
+            crash::point(crash::TORN_AUDIT, || {
+                let _ = audit_file.write_all(&audit[..audit.len() / 2]);
+            });
+            audit_file
+                .write_all(audit)
+                .map_err(JournalError::io("cannot append to", audit_path))?;
+            if audit_needs_sync {
+                audit_file
+                    .sync_data()
+                    .map_err(JournalError::io("cannot sync", audit_path))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One WAL line: the note and its full audit record, so one sync makes both durable. Written
+/// directly in canonical form: the record is canonical already and the keys are in sorted order.
+pub(crate) fn frame(note: &Note, sealed: &Sealed) -> Vec<u8> {
+    let record = sealed.line.strip_suffix(b"\n").unwrap_or(&sealed.line);
+    let mut line = Vec::with_capacity(record.len() + note.request_id.len() + note.text.len() + 48);
+    line.extend_from_slice(b"{\"audit\":");
+    line.extend_from_slice(record);
+    line.extend_from_slice(b",\"request_id\":");
+    canonical::write_str(&note.request_id, &mut line);
+    line.extend_from_slice(b",\"text\":");
+    canonical::write_str(&note.text, &mut line);
+    line.extend_from_slice(b"}\n");
+    line
+}
