@@ -1,1 +1,69 @@
-fn main() {}
+//! The `toolgate` command. Thin on purpose: parse, run, map the result to an exit code.
+//!
+//! This crate is the only place that reads the environment and picks concrete stores (DESIGN.md §2).
+//! Exit codes: 0 success; 1 the job ran and found a failure (a broken audit chain, a demo check that
+//! did not hold); 2 the job could not run (bad arguments, unreadable policy or file, store locked).
+
+mod audit;
+mod demo;
+mod logging;
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// toolgate: the tool-call boundary for MCP. Decides which tool calls run, and audits every decision.
+#[derive(Debug, Parser)]
+#[command(name = "toolgate", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve a built-in toolset over MCP on stdin/stdout, behind the policy gate.
+    Serve(serve::Args),
+    /// Work with the audit log.
+    #[command(subcommand)]
+    Audit(audit::Command),
+    /// Run the seed scenario against a real `toolgate serve` child and print what happened.
+    Demo(demo::Args),
+}
+
+fn main() -> ExitCode {
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
+    let cli = Cli::parse();
+    logging::init(match cli.command {
+        Command::Serve(_) => "info",
+        Command::Audit(_) | Command::Demo(_) => "warn",
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("toolgate: cannot start the async runtime: {err}");
+            return ExitCode::from(2);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => serve::run(args).await,
+            Command::Audit(command) => audit::run(command),
+            Command::Demo(args) => demo::run(args).await,
+        }
+    });
+    // Do not wait for a blocked stdin reader thread: every answer is already written.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("toolgate: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -92,12 +92,18 @@ pub fn write_str(s: &str, out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
+/// SHA-256 of `bytes` as 64 lower-case hex characters.
+#[must_use]
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
 /// SHA-256 of the canonical form of `value`, as 64 lower-case hex characters.
 ///
 /// This is the `args_digest` of an audit record when `value` is a call's arguments.
 #[must_use]
 pub fn digest(value: &Value) -> String {
-    hex::encode(Sha256::digest(to_vec(value)))
+    sha256_hex(&to_vec(value))
 }
 
 #[cfg(test)]

@@ -1,1 +1,19 @@
-//! placeholder
+//! toolgate: the MCP side of the tool-call boundary, on the official Rust SDK (rmcp).
+//!
+//! It owns the rmcp server adapter (dual-era: MCP 2026-07-28 and the `initialize` revisions on one
+//! stream), the mapping of gate outcomes to what an MCP client sees, the stdio transport with its
+//! shutdown grace, and the built-in toolsets. Policy and audit logic stay in `toolgate-core`; this
+//! crate only walks calls through them, so an rmcp upgrade touches this folder and nothing else.
+
+pub mod outcome;
+pub mod server;
+pub mod stdio;
+pub mod toolset;
+
+pub use server::GateServer;
+
+/// Name and version this build reports as `serverInfo`.
+#[must_use]
+pub fn implementation() -> rmcp::model::Implementation {
+    rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION"))
+}

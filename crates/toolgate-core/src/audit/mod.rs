@@ -57,6 +57,8 @@ pub enum Outcome {
     NotExecuted,
     /// The idempotency key was used before with other arguments.
     Conflict,
+    /// The arguments do not fit the tool's schema; nothing ran.
+    InvalidArgs,
     /// The handler ran and failed.
     Failed,
     /// A torn final line was moved out of the log file.
@@ -72,6 +74,7 @@ impl Outcome {
             Self::Observed => "observed",
             Self::NotExecuted => "not_executed",
             Self::Conflict => "conflict",
+            Self::InvalidArgs => "invalid_args",
             Self::Failed => "failed",
             Self::TornTailMovedAside => "torn_tail_moved_aside",
         }

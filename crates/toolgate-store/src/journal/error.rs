@@ -22,6 +22,8 @@ pub enum JournalError {
         line: u64,
         reason: String,
     },
+    #[error("journal write failed while this record was being committed; its outcome is unknown")]
+    WriteFailed,
     #[error("journal stopped after an earlier write failure; restart to recover")]
     Poisoned,
     #[error("journal writer has shut down")]

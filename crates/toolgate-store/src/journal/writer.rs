@@ -177,7 +177,7 @@ impl Writer {
             self.poisoned = true;
             self.chain = start_head;
             for reply in replies {
-                reply.fail(|| JournalError::Poisoned);
+                reply.fail(|| JournalError::WriteFailed);
             }
             return;
         }

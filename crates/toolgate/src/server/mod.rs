@@ -1,0 +1,113 @@
+//! The gated MCP server: the rmcp `ServerHandler` that walks every `tools/call` through the corridor.
+//!
+//! Steps here (DESIGN.md §1): identify, visibility (hidden tools are listed nowhere and refused with
+//! -32602, audited `deny / not_executed`), the policy's argument rules (same answer), then the
+//! toolset's handler, which validates its arguments, repeats the policy check and makes its effect and
+//! audit record durable before it answers. Protocol eras are rmcp's: `server/discover`, per-request
+//! `_meta`, `resultType`, -32022 and the `initialize` handshake all come from the SDK; this type
+//! narrows the version list on purpose and names itself in `serverInfo`.
+
+mod gate;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+
+pub use gate::{Gate, request_label};
+
+use crate::toolset::Toolset;
+
+/// Every revision this server speaks: the stateless 2026-07-28 and the four `initialize` revisions.
+pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
+    ProtocolVersion::V_2026_07_28,
+    ProtocolVersion::V_2025_11_25,
+    ProtocolVersion::V_2025_06_18,
+    ProtocolVersion::V_2025_03_26,
+    ProtocolVersion::V_2024_11_05,
+];
+
+/// The server a client talks to: a gate in front of one toolset.
+#[derive(Clone, Debug)]
+pub struct GateServer {
+    gate: Gate,
+    toolset: Arc<dyn Toolset>,
+    inflight: crate::stdio::InFlight,
+}
+
+impl GateServer {
+    #[must_use]
+    pub fn new(gate: Gate, toolset: Arc<dyn Toolset>) -> Self {
+        Self {
+            gate,
+            toolset,
+            inflight: crate::stdio::InFlight::default(),
+        }
+    }
+
+    /// Counter of calls being served, which the stdio transport waits on at EOF.
+    #[must_use]
+    pub fn inflight(&self) -> crate::stdio::InFlight {
+        self.inflight.clone()
+    }
+
+    fn visible_tools(&self) -> Vec<Tool> {
+        self.toolset
+            .tools()
+            .iter()
+            .filter(|tool| self.gate.policy().visible(&tool.name))
+            .cloned()
+            .collect()
+    }
+}
+
+impl ServerHandler for GateServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(crate::implementation())
+            .with_instructions(
+                "toolgate: every tool call passes a policy gate and lands in a SHA-256 chained audit log.",
+            )
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Borrowed(PROTOCOL_VERSIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        // Private and never stale: what is listed depends on the caller's policy.
+        Ok(ListToolsResult::with_all_items(self.visible_tools())
+            .with_ttl_ms(0)
+            .with_cache_scope(CacheScope::Private))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.visible_tools()
+            .into_iter()
+            .find(|tool| tool.name == name)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let _guard = self.inflight.enter();
+        let arguments = request.arguments.unwrap_or_default();
+        let name = request.name;
+        self.gate
+            .admit(&name, &arguments, self.toolset.has(&name))
+            .await?;
+        let result = self.toolset.call(&self.gate, &name, arguments).await?;
+        Ok(CallToolResponse::Complete(result))
+    }
+}
