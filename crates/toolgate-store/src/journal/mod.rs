@@ -31,6 +31,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, mpsc};
 
 use tokio::sync::oneshot;
@@ -65,6 +66,24 @@ pub enum NoteOutcome {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Receipt {
     pub sha256: String,
+}
+
+/// Counters of the writer since open: how well group commit is sharing syncs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// Audit records made durable.
+    pub records: u64,
+    /// `fdatasync` calls on either file.
+    pub syncs: u64,
+    /// Batches committed (one write per file each).
+    pub batches: u64,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub(crate) records: AtomicU64,
+    pub(crate) syncs: AtomicU64,
+    pub(crate) batches: AtomicU64,
 }
 
 /// What [`Journal::open`] repaired, for the log line that says so.
@@ -120,6 +139,7 @@ struct Inner {
     ledger: Arc<RwLock<Ledger>>,
     dir: PathBuf,
     head: Arc<RwLock<String>>,
+    counters: Arc<Counters>,
 }
 
 impl Journal {
@@ -133,6 +153,7 @@ impl Journal {
         let opened = open::open(dir)?;
         let ledger = Arc::new(RwLock::new(opened.ledger));
         let head = Arc::new(RwLock::new(opened.chain.head().to_owned()));
+        let counters = Arc::new(Counters::default());
         let (tx, rx) = mpsc::channel();
         writer::spawn(
             writer::Writer::new(
@@ -140,6 +161,7 @@ impl Journal {
                 opened.chain,
                 Arc::clone(&ledger),
                 Arc::clone(&head),
+                Arc::clone(&counters),
             ),
             rx,
         )?;
@@ -148,6 +170,7 @@ impl Journal {
             ledger,
             dir: dir.to_path_buf(),
             head,
+            counters,
         };
         Ok((
             Self {
@@ -201,6 +224,17 @@ impl Journal {
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// Writer counters since open.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        let c = &self.inner.counters;
+        Stats {
+            records: c.records.load(Ordering::Relaxed),
+            syncs: c.syncs.load(Ordering::Relaxed),
+            batches: c.batches.load(Ordering::Relaxed),
+        }
     }
 
     /// Path of the audit log.

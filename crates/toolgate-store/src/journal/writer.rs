@@ -6,12 +6,15 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock, mpsc};
 
 use toolgate_core::audit::{Chain, Sealed};
 use toolgate_core::canonical;
 
-use super::{JournalError, Ledger, Note, NoteOutcome, Receipt, Request, crash, note_audit, now_ns};
+use super::{
+    Counters, JournalError, Ledger, Note, NoteOutcome, Receipt, Request, crash, note_audit, now_ns,
+};
 
 /// Most requests taken into one batch; bounds the latency of the first caller in a flood.
 const MAX_BATCH: usize = 4096;
@@ -28,6 +31,7 @@ pub(crate) struct Writer {
     chain: Chain,
     ledger: Arc<RwLock<Ledger>>,
     head: Arc<RwLock<String>>,
+    counters: Arc<Counters>,
     poisoned: bool,
 }
 
@@ -78,12 +82,14 @@ impl Writer {
         chain: Chain,
         ledger: Arc<RwLock<Ledger>>,
         head: Arc<RwLock<String>>,
+        counters: Arc<Counters>,
     ) -> Self {
         Self {
             files,
             chain,
             ledger,
             head,
+            counters,
             poisoned: false,
         }
     }
@@ -120,6 +126,7 @@ impl Writer {
         let mut pending: HashMap<String, usize> = HashMap::new();
         let mut replies = Vec::with_capacity(batch.len());
         let ts = now_ns();
+        let records = batch.len() as u64;
         for request in batch.drain(..) {
             match request {
                 Request::Record { event, reply } => {
@@ -194,6 +201,8 @@ impl Writer {
             .head
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = self.chain.head().to_owned();
+        self.counters.records.fetch_add(records, Ordering::Relaxed);
+        self.counters.batches.fetch_add(1, Ordering::Relaxed);
         crash::point(crash::BEFORE_ANSWER, || {});
         for reply in replies {
             reply.send();
@@ -223,6 +232,7 @@ impl Writer {
             wal_file
                 .sync_data()
                 .map_err(JournalError::io("cannot sync", wal_path))?;
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
             crash::point(crash::AFTER_WAL_SYNC, || {});
         }
         if !audit.is_empty() {
@@ -236,6 +246,7 @@ impl Writer {
                 audit_file
                     .sync_data()
                     .map_err(JournalError::io("cannot sync", audit_path))?;
+                self.counters.syncs.fetch_add(1, Ordering::Relaxed);
             }
         }
         Ok(())
