@@ -74,10 +74,12 @@ pub async fn serve(server: GateServer, grace: Duration) -> io::Result<()> {
         at_eof: None,
         done: false,
     };
-    let running = server
-        .serve((reader, writer))
-        .await
-        .map_err(io::Error::other)?;
+    let running = match server.serve((reader, writer)).await {
+        Ok(running) => running,
+        // stdin closed before any request: nothing to serve, a clean end.
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(error) => return Err(io::Error::other(error)),
+    };
     let reason = running.waiting().await.map_err(io::Error::other)?;
     tracing::info!(?reason, "stdio session ended");
     Ok(())

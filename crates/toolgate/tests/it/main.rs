@@ -1,0 +1,47 @@
+//! End-to-end tests of the gated MCP server, in-process over `tokio::io::duplex`: an rmcp client in
+//! each protocol era, and raw JSON lines where the wire format is the point.
+
+mod eras;
+mod wire;
+
+use std::sync::Arc;
+
+use tempfile::TempDir;
+use toolgate::GateServer;
+use toolgate::server::Gate;
+use toolgate::toolset::Ledger;
+use toolgate_core::policy::Policy;
+use toolgate_store::journal::Journal;
+
+/// The seed's policy.json, verbatim.
+const SEED_POLICY: &str = r#"{
+  "version": 1,
+  "allow": ["write_note", "read_ledger"],
+  "deny": ["rm_rf"],
+  "arg_rules": {
+    "write_note": {
+      "request_id": {"min_len": 8},
+      "text": {"max_len": 2000}
+    }
+  }
+}"#;
+
+/// A server over a fresh data directory, and that directory.
+fn server() -> (GateServer, TempDir) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (journal, _) = Journal::open(dir.path()).expect("journal");
+    let policy = Policy::from_json(SEED_POLICY.as_bytes()).expect("policy");
+    (
+        GateServer::new(Gate::new(policy, journal), Arc::new(Ledger::new())),
+        dir,
+    )
+}
+
+/// The audit log's records as JSON values.
+fn audit(dir: &TempDir) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.path().join("audit.jsonl"))
+        .expect("audit log")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("record"))
+        .collect()
+}
