@@ -1,5 +1,6 @@
 //! The `toolgate` binary as users and clients run it: real child processes over real pipes.
 
+mod clients;
 mod crash;
 mod process;
 mod verify;
