@@ -16,6 +16,7 @@ use rmcp::service::{ClientLifecycleMode, ClientServiceExt, RunningService, Servi
 use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 use toolgate_core::audit;
+use toolgate_core::policy::SEED_POLICY;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -26,20 +27,6 @@ pub(crate) struct Args {
     #[arg(long)]
     keep: bool,
 }
-
-/// The seed's policy.json, verbatim.
-const SEED_POLICY: &str = r#"{
-  "version": 1,
-  "allow": ["write_note", "read_ledger"],
-  "deny": ["rm_rf"],
-  "arg_rules": {
-    "write_note": {
-      "request_id": {"min_len": 8},
-      "text": {"max_len": 2000}
-    }
-  }
-}
-"#;
 
 struct Step {
     name: &'static str,

@@ -11,19 +11,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-
-/// The seed's policy.json, verbatim.
-const SEED_POLICY: &str = r#"{
-  "version": 1,
-  "allow": ["write_note", "read_ledger"],
-  "deny": ["rm_rf"],
-  "arg_rules": {
-    "write_note": {
-      "request_id": {"min_len": 8},
-      "text": {"max_len": 2000}
-    }
-  }
-}"#;
+use toolgate_core::policy::SEED_POLICY;
 
 fn toolgate() -> Command {
     Command::new(env!("CARGO_BIN_EXE_toolgate"))
@@ -53,8 +41,21 @@ impl Scratch {
         self.data().join("audit.jsonl")
     }
 
+    /// `toolgate serve` on this directory's policy and data, not yet started.
+    fn serve_command(&self) -> Command {
+        let mut command = toolgate();
+        command
+            .arg("serve")
+            .arg("--policy")
+            .arg(self.path("policy.json"))
+            .arg("--data")
+            .arg(self.data());
+        command.env_remove("FAILPOINTS");
+        command
+    }
+
     fn serve(&self, env: &[(&str, String)]) -> Server {
-        Server::start(&self.path("policy.json"), &self.data(), env)
+        Server::start(self.serve_command(), env)
     }
 }
 
@@ -71,19 +72,11 @@ fn meta() -> Value {
 }
 
 impl Server {
-    fn start(policy: &Path, data: &Path, env: &[(&str, String)]) -> Self {
-        let mut command = toolgate();
-        command
-            .arg("serve")
-            .arg("--policy")
-            .arg(policy)
-            .arg("--data")
-            .arg(data);
+    fn start(mut command: Command, env: &[(&str, String)]) -> Self {
         command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
-        command.env_remove("FAILPOINTS");
         for (key, value) in env {
             command.env(key, value);
         }

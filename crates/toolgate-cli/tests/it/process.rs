@@ -124,11 +124,8 @@ fn a_bad_policy_stops_start_up_with_a_clear_message() {
     ] {
         let scratch = Scratch::new();
         std::fs::write(scratch.path("policy.json"), contents).unwrap();
-        let out = toolgate()
-            .args(["serve", "--policy"])
-            .arg(scratch.path("policy.json"))
-            .arg("--data")
-            .arg(scratch.data())
+        let out = scratch
+            .serve_command()
             .stdin(Stdio::null())
             .output()
             .unwrap();
@@ -159,11 +156,8 @@ fn a_second_server_on_the_same_data_is_locked_out() {
     let scratch = Scratch::new();
     let mut first = scratch.serve(&[]);
     first.call("read_ledger", json!({}));
-    let out = toolgate()
-        .args(["serve", "--policy"])
-        .arg(scratch.path("policy.json"))
-        .arg("--data")
-        .arg(scratch.data())
+    let out = scratch
+        .serve_command()
         .stdin(Stdio::null())
         .output()
         .unwrap();
@@ -175,11 +169,8 @@ fn a_second_server_on_the_same_data_is_locked_out() {
 #[test]
 fn logs_are_json_lines_on_stderr() {
     let scratch = Scratch::new();
-    let mut child = toolgate()
-        .args(["serve", "--policy"])
-        .arg(scratch.path("policy.json"))
-        .arg("--data")
-        .arg(scratch.data())
+    let mut child = scratch
+        .serve_command()
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

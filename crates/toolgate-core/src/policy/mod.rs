@@ -20,6 +20,9 @@ use sha2::{Digest, Sha256};
 
 pub use error::PolicyError;
 
+/// The policy of seed 000, verbatim: what `toolgate demo` runs with and the README's example.
+pub const SEED_POLICY: &str = include_str!("seed-policy.json");
+
 /// The policy file as written, before validation.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -2,25 +2,13 @@ use serde_json::{Map, Value, json};
 
 use super::*;
 
-const SEED: &str = r#"{
-  "version": 1,
-  "allow": ["write_note", "read_ledger"],
-  "deny": ["rm_rf"],
-  "arg_rules": {
-    "write_note": {
-      "request_id": {"min_len": 8},
-      "text": {"max_len": 2000}
-    }
-  }
-}"#;
-
 fn args(value: Value) -> Map<String, Value> {
     value.as_object().cloned().unwrap()
 }
 
 #[test]
 fn the_seed_policy_loads_verbatim_and_hides_rm_rf() {
-    let policy = Policy::from_json(SEED.as_bytes()).unwrap();
+    let policy = Policy::from_json(SEED_POLICY.as_bytes()).unwrap();
     assert!(policy.visible("write_note"));
     assert!(policy.visible("read_ledger"));
     assert!(!policy.visible("rm_rf"));
@@ -37,7 +25,7 @@ fn deny_beats_allow() {
 
 #[test]
 fn argument_rules_count_characters_not_bytes() {
-    let policy = Policy::from_json(SEED.as_bytes()).unwrap();
+    let policy = Policy::from_json(SEED_POLICY.as_bytes()).unwrap();
     let ok = args(json!({"request_id": "ééééééé1", "text": "t"}));
     assert_eq!(policy.admit("write_note", &ok), Ok(()));
     let short = args(json!({"request_id": "req-1", "text": "t"}));

@@ -11,20 +11,8 @@ use toolgate::GateServer;
 use toolgate::server::Gate;
 use toolgate::toolset::Ledger;
 use toolgate_core::policy::Policy;
+use toolgate_core::policy::SEED_POLICY;
 use toolgate_store::journal::Journal;
-
-/// The seed's policy.json, verbatim.
-const SEED_POLICY: &str = r#"{
-  "version": 1,
-  "allow": ["write_note", "read_ledger"],
-  "deny": ["rm_rf"],
-  "arg_rules": {
-    "write_note": {
-      "request_id": {"min_len": 8},
-      "text": {"max_len": 2000}
-    }
-  }
-}"#;
 
 /// A server over a fresh data directory, and that directory.
 fn server() -> (GateServer, TempDir) {
