@@ -21,7 +21,12 @@ pub fn denied(denial: &Denial, visible: bool, policy_sha256: &str) -> ErrorData 
             Some(json!({ "rule": denial.rule, "policy_sha256": policy_sha256 })),
         )
     } else {
-        ErrorData::invalid_params(format!("tool denied: {}", denial.tool), None)
+        // Denied, not allowed and unregistered all read the same, so a caller learns nothing
+        // about what exists; the exact rule is in the server's log.
+        ErrorData::invalid_params(
+            format!("tool denied: {}", denial.tool),
+            Some(json!({ "rule": "visibility", "policy_sha256": policy_sha256 })),
+        )
     }
 }
 

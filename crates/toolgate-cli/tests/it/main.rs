@@ -2,6 +2,7 @@
 
 mod clients;
 mod crash;
+mod interop;
 mod process;
 mod verify;
 

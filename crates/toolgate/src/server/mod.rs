@@ -13,8 +13,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ListToolsResult, PaginatedRequestParams,
-    ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -82,12 +82,16 @@ impl ServerHandler for GateServer {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        // Private and never stale: what is listed depends on the caller's policy.
-        Ok(ListToolsResult::with_all_items(self.visible_tools())
-            .with_ttl_ms(0)
-            .with_cache_scope(CacheScope::Private))
+        let mut result = ListToolsResult::with_all_items(self.visible_tools());
+        if is_modern(&context) {
+            // Private and never stale: what is listed depends on the caller's policy. Legacy
+            // revisions have no cache hints, so their sessions get none.
+            result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Private);
+            result.meta = Some(server_meta());
+        }
+        Ok(result)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -99,7 +103,7 @@ impl ServerHandler for GateServer {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let _guard = self.inflight.enter();
         let arguments = request.arguments.unwrap_or_default();
@@ -107,7 +111,26 @@ impl ServerHandler for GateServer {
         self.gate
             .admit(&name, &arguments, self.toolset.has(&name))
             .await?;
-        let result = self.toolset.call(&self.gate, &name, arguments).await?;
+        let mut result = self.toolset.call(&self.gate, &name, arguments).await?;
+        if is_modern(&context) {
+            result.meta = Some(server_meta());
+        }
         Ok(CallToolResponse::Complete(result))
     }
+}
+
+/// Whether this request is served under 2026-07-28 or later (stateless, per-request `_meta`).
+fn is_modern(context: &RequestContext<RoleServer>) -> bool {
+    // ISO dates compare lexically as they do in time.
+    context
+        .protocol_version()
+        .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
+}
+
+/// `_meta` naming this server, which 2026-07-28 results SHOULD carry (rmcp adds it to discover only).
+fn server_meta() -> MetaObject {
+    let mut meta = serde_json::Map::new();
+    let info = serde_json::to_value(crate::implementation()).unwrap_or_default();
+    meta.insert("io.modelcontextprotocol/serverInfo".to_owned(), info);
+    MetaObject::from(meta)
 }

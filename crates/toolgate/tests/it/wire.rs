@@ -101,6 +101,12 @@ async fn the_seeds_three_lines_work_as_written() {
         json!({"request_id": "req-0001", "status": "committed"})
     );
     assert_ne!(call["result"]["isError"], true);
+    for result in [&list["result"], &call["result"]] {
+        assert_eq!(
+            result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"],
+            "toolgate"
+        );
+    }
 }
 
 #[tokio::test]
@@ -157,6 +163,12 @@ async fn every_initialize_revision_is_served_with_legacy_shapes() {
             Some(2),
             "{version}: {list}"
         );
+        for modern_only in ["ttlMs", "cacheScope", "_meta"] {
+            assert!(
+                list["result"].get(modern_only).is_none(),
+                "{version}: {list}"
+            );
+        }
         assert!(
             list["result"].get("resultType").is_none(),
             "{version}: legacy results carry no resultType"
@@ -188,14 +200,27 @@ async fn a_2026_request_in_initialize_is_answered_with_the_newest_legacy_revisio
 #[tokio::test]
 async fn refusals_are_32602_before_dispatch_and_audited_as_not_executed() {
     let mut wire = Wire::start();
-    for (id, name, args, message) in [
-        (1, "rm_rf", r#"{"path":"/"}"#, "tool denied: rm_rf"),
-        (2, "no_such_tool", "{}", "tool denied: no_such_tool"),
+    for (id, name, args, message, rule) in [
+        (
+            1,
+            "rm_rf",
+            r#"{"path":"/"}"#,
+            "tool denied: rm_rf",
+            "visibility",
+        ),
+        (
+            2,
+            "no_such_tool",
+            "{}",
+            "tool denied: no_such_tool",
+            "visibility",
+        ),
         (
             3,
             "write_note",
             r#"{"request_id":"short","text":"x"}"#,
             "tool denied: write_note (policy rule arg_rules.write_note.request_id.min_len)",
+            "arg_rules.write_note.request_id.min_len",
         ),
     ] {
         let reply = wire
@@ -205,6 +230,14 @@ async fn refusals_are_32602_before_dispatch_and_audited_as_not_executed() {
             .await;
         assert_eq!(reply["error"]["code"], -32602, "{reply}");
         assert_eq!(reply["error"]["message"], message);
+        // A denied tool and one that does not exist are told apart by nothing.
+        assert_eq!(reply["error"]["data"]["rule"], rule);
+        assert_eq!(
+            reply["error"]["data"]["policy_sha256"]
+                .as_str()
+                .map(str::len),
+            Some(64)
+        );
     }
     let records = audit(&wire.dir);
     assert_eq!(records.len(), 3);
