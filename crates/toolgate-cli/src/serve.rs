@@ -58,9 +58,17 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         head = %journal.head(),
         "toolgate serving on stdio"
     );
-    let server = GateServer::new(Gate::new(policy, journal), Arc::from(toolset));
+    let server = GateServer::new(Gate::new(policy, journal.clone()), Arc::from(toolset));
     stdio::serve(server, grace)
         .await
         .context("stdio transport failed")?;
+    let stats = journal.stats();
+    tracing::info!(
+        records = stats.records,
+        syncs = stats.syncs,
+        batches = stats.batches,
+        head = %journal.head(),
+        "journal stats at exit"
+    );
     Ok(ExitCode::SUCCESS)
 }
