@@ -1,0 +1,490 @@
+//! Load client for `bench/run.sh`: drives any stdio MCP server with `write_note` calls; also three
+//! helpers that need no server (a bare append + `fdatasync` loop, an audit-chain generator, and an
+//! echo server that measures the client itself).
+//!
+//! It speaks newline-delimited JSON-RPC directly instead of going through an SDK so that the client
+//! costs next to nothing: every request line is built before the clock starts, one task only writes,
+//! one task only reads, and the measured time is the server's.
+//!
+//! ```text
+//! stdio_load --calls 2000 --inflight 1 -- target/release/toolgate serve --policy P --data D
+//! stdio_load --fsync-loop 2000 --dir D --record-bytes 450
+//! stdio_load --gen-audit 100000 --out D/audit.jsonl
+//! stdio_load --calls 2000 -- stdio_load --echo
+//! ```
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, bail, ensure};
+use clap::Parser;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::Semaphore;
+use toolgate_core::audit::{Chain, Decision, Event, GENESIS, Outcome};
+use toolgate_core::canonical;
+
+const PROTOCOL_VERSION: &str = "2026-07-28";
+
+/// How long the server may take to exit once its stdin is closed.
+const EXIT_WAIT: Duration = Duration::from_secs(30);
+
+#[derive(Debug, Parser)]
+#[command(about = "Load client and baselines for bench/run.sh")]
+struct Args {
+    /// Number of `write_note` calls to send.
+    #[arg(long, default_value_t = 2000)]
+    calls: usize,
+    /// Requests kept outstanding; 1 means strictly sequential.
+    #[arg(long, default_value_t = 1)]
+    inflight: usize,
+    /// Prefix of every request_id (ids are `<prefix>-<i>`, `i` zero-padded to 8 digits).
+    #[arg(long, default_value = "load")]
+    prefix: String,
+    /// Instead of a server: append and `fdatasync` this many records to a new file in `--dir`.
+    #[arg(long, value_name = "N", requires = "dir")]
+    fsync_loop: Option<usize>,
+    /// Directory for `--fsync-loop`.
+    #[arg(long, value_name = "D")]
+    dir: Option<PathBuf>,
+    /// Bytes per record of `--fsync-loop`, newline excluded.
+    #[arg(long, value_name = "B", default_value_t = 450)]
+    record_bytes: usize,
+    /// Instead of a server: write a valid audit chain of this many records to `--out`.
+    #[arg(long, value_name = "N", requires = "out")]
+    gen_audit: Option<usize>,
+    /// Output file of `--gen-audit` (appended to if it exists, so it should not).
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    /// Instead of a client: be a stdio server that answers every request at once with a committed
+    /// result, so that a load run against it measures the client and the pipes alone.
+    #[arg(long)]
+    echo: bool,
+    /// The server command line.
+    #[arg(last = true, value_name = "SERVER")]
+    server: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = if args.echo {
+        echo().map(|()| true)
+    } else if let (Some(n), Some(dir)) = (args.fsync_loop, args.dir.as_deref()) {
+        fsync_loop(n, dir, args.record_bytes).map(|()| true)
+    } else if let (Some(n), Some(out)) = (args.gen_audit, args.out.as_deref()) {
+        gen_audit(n, out).map(|()| true)
+    } else {
+        // One thread: the writer and reader tasks hand permits to each other on every call, and a
+        // hand-off within a thread costs a queue push where one across threads costs a wake-up.
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("cannot start the runtime")
+            .and_then(|runtime| runtime.block_on(load(&args)))
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::FAILURE,
+        Err(err) => {
+            eprintln!("stdio_load: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn print_line(value: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{value}")?;
+    out.flush()?;
+    Ok(())
+}
+
+fn meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+fn request_line(id: &Value, method: &str, mut params: Value) -> Vec<u8> {
+    params["_meta"] = meta();
+    let mut line = serde_json::to_vec(&json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "method": method,
+        "params": params,
+    }))
+    .unwrap_or_default();
+    line.push(b'\n');
+    line
+}
+
+/// `request_id` of call `i`: unique per call, and long enough for the seed policy's `min_len: 8`.
+fn request_id(prefix: &str, i: usize) -> String {
+    format!("{prefix}-{i:08}")
+}
+
+async fn load(args: &Args) -> anyhow::Result<bool> {
+    let (program, rest) = args
+        .server
+        .split_first()
+        .context("no server command given after `--`")?;
+    ensure!(args.calls > 0, "--calls must be at least 1");
+    ensure!(args.inflight > 0, "--inflight must be at least 1");
+
+    let requests: Vec<Vec<u8>> = (0..args.calls)
+        .map(|i| {
+            let params = json!({
+                "name": "write_note",
+                "arguments": {"request_id": request_id(&args.prefix, i), "text": format!("note {i}")},
+            });
+            request_line(&json!(i), "tools/call", params)
+        })
+        .collect();
+
+    let mut child = Command::new(program)
+        .args(rest)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("cannot start {program}"))?;
+    let mut stdin = child.stdin.take().context("no stdin")?;
+    let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
+
+    warm_up(&mut stdin, &mut lines).await?;
+
+    let calls = args.calls;
+    let permits = Arc::new(Semaphore::new(args.inflight));
+    let sent_at: Arc<Vec<AtomicU64>> = Arc::new((0..calls).map(|_| AtomicU64::new(0)).collect());
+    let start = Instant::now();
+
+    let writer = tokio::spawn(write_requests(
+        stdin,
+        requests,
+        Arc::clone(&permits),
+        Arc::clone(&sent_at),
+        start,
+    ));
+    let tally = read_responses(lines, calls, &permits, &sent_at, start).await;
+    let seconds = start.elapsed().as_secs_f64();
+    // Closing stdin (the writer owns it) is how an stdio server is told to finish and exit.
+    permits.close();
+    let written = writer.await.context("writer task panicked")?;
+    let status = match written {
+        Ok(stdin) => {
+            drop(stdin);
+            finish(&mut child).await
+        }
+        Err(err) => Err(err.context("cannot write requests")),
+    };
+
+    let tally = tally?;
+    let mut latencies = tally.latencies_ns;
+    latencies.sort_unstable();
+    let failures = tally.failures + (calls - tally.answered);
+    print_line(&json!({
+        "calls": calls,
+        "inflight": args.inflight,
+        "seconds": round3(seconds),
+        "calls_per_s": round3(calls as f64 / seconds),
+        "p50_ms": round3(percentile(&latencies, 0.50) / 1e6),
+        "p99_ms": round3(percentile(&latencies, 0.99) / 1e6),
+        "failures": failures,
+    }))?;
+    if let Some(first) = tally.first_failure {
+        eprintln!("stdio_load: first failed response: {first}");
+    }
+    let exited_ok = match status {
+        Ok(status) if status.success() => true,
+        Ok(status) => {
+            eprintln!("stdio_load: server exited with {status}");
+            false
+        }
+        Err(err) => {
+            eprintln!("stdio_load: {err:#}");
+            false
+        }
+    };
+    Ok(failures == 0 && exited_ok)
+}
+
+/// One `tools/list` first, so that process start, imports and first-touch allocations are not
+/// charged to the first timed call.
+async fn warm_up(
+    stdin: &mut ChildStdin,
+    lines: &mut tokio::io::Lines<BufReader<ChildStdout>>,
+) -> anyhow::Result<()> {
+    let id = json!("warm-up");
+    stdin
+        .write_all(&request_line(&id, "tools/list", json!({})))
+        .await?;
+    stdin.flush().await?;
+    loop {
+        let line = lines
+            .next_line()
+            .await?
+            .context("server closed stdout before answering tools/list")?;
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        if message.get("id") == Some(&id) {
+            ensure!(
+                message.get("result").is_some(),
+                "tools/list failed: {message}"
+            );
+            return Ok(());
+        }
+    }
+}
+
+async fn write_requests(
+    mut stdin: ChildStdin,
+    requests: Vec<Vec<u8>>,
+    permits: Arc<Semaphore>,
+    sent_at: Arc<Vec<AtomicU64>>,
+    start: Instant,
+) -> anyhow::Result<ChildStdin> {
+    let mut batch = Vec::new();
+    let mut next = 0;
+    while next < requests.len() {
+        let Ok(permit) = permits.acquire().await else {
+            break;
+        };
+        permit.forget();
+        let mut count = 1;
+        // Whatever else is free goes in the same write: fewer syscalls, same order.
+        while next + count < requests.len() {
+            match permits.try_acquire() {
+                Ok(permit) => {
+                    permit.forget();
+                    count += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        batch.clear();
+        let now = elapsed_ns(start);
+        for (i, request) in requests[next..next + count].iter().enumerate() {
+            sent_at[next + i].store(now, Ordering::Relaxed);
+            batch.extend_from_slice(request);
+        }
+        stdin.write_all(&batch).await?;
+        next += count;
+    }
+    stdin.flush().await?;
+    Ok(stdin)
+}
+
+#[derive(Debug, Default)]
+struct Tally {
+    answered: usize,
+    failures: usize,
+    latencies_ns: Vec<u64>,
+    first_failure: Option<String>,
+}
+
+async fn read_responses(
+    mut lines: tokio::io::Lines<BufReader<ChildStdout>>,
+    calls: usize,
+    permits: &Semaphore,
+    sent_at: &[AtomicU64],
+    start: Instant,
+) -> anyhow::Result<Tally> {
+    let mut tally = Tally {
+        latencies_ns: Vec::with_capacity(calls),
+        ..Tally::default()
+    };
+    let mut seen = vec![false; calls];
+    while tally.answered < calls {
+        let Some(line) = lines.next_line().await? else {
+            eprintln!(
+                "stdio_load: server closed stdout after {} of {calls} responses",
+                tally.answered
+            );
+            break;
+        };
+        let now = elapsed_ns(start);
+        let Ok(message) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        // Notifications and server-to-client requests carry no id of ours.
+        let Some(id) = message
+            .get("id")
+            .and_then(Value::as_u64)
+            .and_then(|id| usize::try_from(id).ok())
+            .filter(|&id| id < calls && !seen[id])
+        else {
+            continue;
+        };
+        seen[id] = true;
+        tally.answered += 1;
+        tally
+            .latencies_ns
+            .push(now.saturating_sub(sent_at[id].load(Ordering::Relaxed)));
+        if !committed(&message) {
+            tally.failures += 1;
+            tally.first_failure.get_or_insert(line);
+        }
+        permits.add_permits(1);
+    }
+    Ok(tally)
+}
+
+fn committed(message: &Value) -> bool {
+    let Some(result) = message.get("result") else {
+        return false;
+    };
+    message.get("error").is_none()
+        && result.get("isError").and_then(Value::as_bool) != Some(true)
+        && result.pointer("/structuredContent/status") == Some(&json!("committed"))
+}
+
+async fn finish(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
+    match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
+        Ok(status) => Ok(status?),
+        Err(_) => {
+            child.start_kill()?;
+            bail!(
+                "server did not exit within {}s of stdin closing; killed",
+                EXIT_WAIT.as_secs()
+            )
+        }
+    }
+}
+
+fn elapsed_ns(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1] as f64
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// Answers each request line with a result shaped like toolgate's `write_note` answer. Responses
+/// are flushed only when no more input is buffered, as a server that batches its writes would.
+fn echo() -> anyhow::Result<()> {
+    let stdin = std::io::stdin().lock();
+    let mut input = std::io::BufReader::new(stdin);
+    let mut out = BufWriter::new(std::io::stdout().lock());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        if std::io::BufRead::read_line(&mut input, &mut line)? == 0 {
+            break;
+        }
+        let Ok(request) = serde_json::from_str::<Value>(&line) else {
+            continue;
+        };
+        let Some(id) = request.get("id") else {
+            continue;
+        };
+        let result = json!({
+            "content": [{"type": "text", "text": "{\"status\":\"committed\"}"}],
+            "structuredContent": {"status": "committed"},
+            "isError": false,
+        });
+        serde_json::to_writer(
+            &mut out,
+            &json!({"jsonrpc": "2.0", "id": id, "result": result}),
+        )?;
+        out.write_all(b"\n")?;
+        if input.buffer().is_empty() {
+            out.flush()?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// The floor any durable append-only log pays per record when nothing is shared: one write and one
+/// `fdatasync` on a file that grows, as toolgate's WAL does for a lone call.
+fn fsync_loop(n: usize, dir: &Path, record_bytes: usize) -> anyhow::Result<()> {
+    let path = dir.join(format!("fsync-loop-{}.dat", std::process::id()));
+    let mut file = OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    let mut record = vec![b'x'; record_bytes];
+    record.push(b'\n');
+    let mut latencies = Vec::with_capacity(n);
+    let start = Instant::now();
+    for _ in 0..n {
+        let before = elapsed_ns(start);
+        file.write_all(&record)?;
+        file.sync_data()?;
+        latencies.push(elapsed_ns(start) - before);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    drop(file);
+    std::fs::remove_file(&path)?;
+    latencies.sort_unstable();
+    print_line(&json!({
+        "fsync_loop": n,
+        "seconds": round3(seconds),
+        "per_s": round3(n as f64 / seconds),
+        "p50_ms": round3(percentile(&latencies, 0.50) / 1e6),
+        "p99_ms": round3(percentile(&latencies, 0.99) / 1e6),
+    }))
+}
+
+/// A chain as `toolgate serve` would have written it for `n` committed notes, sealed by the same
+/// code, so `audit verify` and journal open see exactly what production leaves behind.
+fn gen_audit(n: usize, out: &Path) -> anyhow::Result<()> {
+    let file = OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(out)
+        .with_context(|| format!("cannot open {}", out.display()))?;
+    ensure!(
+        file.metadata()?.len() == 0,
+        "{} is not empty; a chain cannot be continued blindly",
+        out.display()
+    );
+    let mut writer = BufWriter::with_capacity(1 << 20, file);
+    let mut chain = Chain::new(GENESIS.to_owned());
+    let base = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or_default();
+    let start = Instant::now();
+    for i in 0..n {
+        let request_id = request_id("gen", i);
+        let arguments = json!({"request_id": request_id, "text": format!("note {i}")});
+        let event = Event {
+            request_id,
+            method: "tools/call".to_owned(),
+            name: "write_note".to_owned(),
+            decision: Decision::Allow,
+            outcome: Outcome::Committed,
+            args_digest: canonical::digest(&arguments),
+        };
+        writer.write_all(&chain.seal(&event, base + i as u64).line)?;
+    }
+    let file: File = writer.into_inner().map_err(|e| e.into_error())?;
+    file.sync_all()?;
+    let bytes = file.metadata()?.len();
+    print_line(&json!({
+        "gen_audit": n,
+        "bytes": bytes,
+        "head": chain.head(),
+        "seconds": round3(start.elapsed().as_secs_f64()),
+    }))
+}
