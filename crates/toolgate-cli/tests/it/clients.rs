@@ -9,14 +9,7 @@ use super::Scratch;
 
 async fn scenario(lifecycle: ClientLifecycleMode, expected: ProtocolVersion) {
     let scratch = Scratch::new();
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_toolgate"));
-    command
-        .arg("serve")
-        .arg("--policy")
-        .arg(scratch.path("policy.json"))
-        .arg("--data")
-        .arg(scratch.data());
-    command.env_remove("FAILPOINTS");
+    let command = tokio::process::Command::from(scratch.serve_command());
     let (transport, _) = TokioChildProcess::builder(command)
         .stderr(std::process::Stdio::null())
         .spawn()
