@@ -475,6 +475,7 @@ fn gen_audit(n: usize, out: &Path) -> anyhow::Result<()> {
             decision: Decision::Allow,
             outcome: Outcome::Committed,
             args_digest: canonical::digest(&arguments),
+            detail: Default::default(),
         };
         writer.write_all(&chain.seal(&event, base + i as u64).line)?;
     }

@@ -4,9 +4,12 @@
 //! Exit codes: 0 success; 1 the job ran and found a failure (a broken audit chain, a demo check that
 //! did not hold); 2 the job could not run (bad arguments, unreadable policy or file, store locked).
 
+mod approvals;
 mod audit;
 mod demo;
+mod killswitch;
 mod logging;
+mod policy;
 mod serve;
 
 use std::process::ExitCode;
@@ -30,6 +33,13 @@ enum Command {
     Audit(audit::Command),
     /// Run the seed scenario against a real `toolgate serve` child and print what happened.
     Demo(demo::Args),
+    /// Decide pending approvals from another terminal while the server runs.
+    Approvals(approvals::Args),
+    /// Block every tool (durable; a running server obeys on its next call).
+    Killswitch(killswitch::Args),
+    /// Validate a policy, or explain how it decides one call.
+    #[command(subcommand)]
+    Policy(policy::Command),
 }
 
 fn main() -> ExitCode {
@@ -38,7 +48,11 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     logging::init(match cli.command {
         Command::Serve(_) => "info",
-        Command::Audit(_) | Command::Demo(_) => "warn",
+        Command::Audit(_)
+        | Command::Demo(_)
+        | Command::Policy(_)
+        | Command::Approvals(_)
+        | Command::Killswitch(_) => "warn",
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -55,6 +69,9 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Audit(command) => audit::run(command),
             Command::Demo(args) => demo::run(args).await,
+            Command::Policy(command) => policy::run(command),
+            Command::Approvals(args) => approvals::run(args).await,
+            Command::Killswitch(args) => killswitch::run(args).await,
         }
     });
     // Do not wait for a blocked stdin reader thread: every answer is already written.

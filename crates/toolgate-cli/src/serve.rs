@@ -1,6 +1,8 @@
-//! `toolgate serve`: load the policy, open the journal (repairing a crash's leftovers), serve stdio.
+//! `toolgate serve`: load the policy, check it against the toolset, open the journal (repairing a
+//! crash's leftovers) and the approval/state database, then serve stdio.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,34 +11,94 @@ use anyhow::{Context, anyhow};
 use toolgate::server::Gate;
 use toolgate::{GateServer, stdio, toolset};
 use toolgate_core::policy::Policy;
+use toolgate_core::principal::Principal;
+use toolgate_core::redact::Redactor;
+use toolgate_core::secret::Secret;
+use toolgate_store::approval::ApprovalStore;
 use toolgate_store::journal::Journal;
+use toolgate_store::state::StateStore;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Policy file (the seed's policy.json, version 1). Read once at start.
+    /// Policy file: the seed's policy.json (version 1) or a policy.toml (version 2). Read once at
+    /// start.
     #[arg(long, value_name = "FILE")]
     policy: PathBuf,
-    /// Data directory: audit.jsonl and ledger.wal live here. Created if missing.
+    /// Data directory: audit.jsonl, ledger.wal and toolgate.db (approvals, kill switch, budgets)
+    /// live here. Created if missing.
     #[arg(long, value_name = "DIR")]
     data: PathBuf,
-    /// Built-in toolset to serve.
+    /// Built-in toolset to serve: ledger, notes or orders.
     #[arg(long, default_value = "ledger")]
     toolset: String,
+    /// A file holding one secret (e.g. an API key the tools use): its value is redacted from every
+    /// log line, error and echoed argument. Repeatable. Read at start, never printed.
+    #[arg(long = "secret-file", value_name = "FILE")]
+    secret_files: Vec<PathBuf>,
     /// Seconds to let calls already received finish after stdin closes.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     grace: f64,
 }
 
-/// Loads and validates a policy file.
-pub(crate) fn load_policy(path: &std::path::Path) -> anyhow::Result<Policy> {
+/// Loads and validates a policy file (version 1 JSON or version 2 TOML).
+pub(crate) fn load_policy(path: &Path) -> anyhow::Result<Policy> {
     let bytes =
         std::fs::read(path).with_context(|| format!("cannot read policy {}", path.display()))?;
-    Policy::from_json(&bytes).with_context(|| format!("cannot load policy {}", path.display()))
+    Policy::from_bytes(&bytes).with_context(|| format!("cannot load policy {}", path.display()))
+}
+
+/// Checks the policy against the tools really served: errors stop start-up, warnings are logged.
+pub(crate) fn check_policy(
+    policy: &Policy,
+    toolset: &dyn toolset::Toolset,
+) -> anyhow::Result<Vec<String>> {
+    let schemas = toolset::schemas(toolset).map_err(|e| anyhow!(e))?;
+    policy
+        .check_tools(&toolset::argument_types(&schemas))
+        .context("policy does not fit the served tools")
+}
+
+/// The values of a gate variable that switch a gated tool on (seed 004), in any case.
+const ENABLING: &[&str] = &["1", "true", "yes", "on", "enable", "enabled", "allow"];
+
+/// Gate variables of this policy that are set to an enabling value in the environment.
+pub(crate) fn open_gates(policy: &Policy) -> BTreeSet<String> {
+    policy
+        .tools()
+        .filter(|(_, rule)| rule.gated)
+        .map(|(name, _)| policy.gate_env(name))
+        .filter(|env| {
+            std::env::var(env)
+                .is_ok_and(|v| ENABLING.iter().any(|e| v.trim().eq_ignore_ascii_case(e)))
+        })
+        .collect()
+}
+
+/// Who calls on stdio: the local user this process runs as.
+pub(crate) fn local_principal() -> Principal {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    Principal::new(format!("local:{user}"))
+}
+
+fn redactor(files: &[PathBuf]) -> anyhow::Result<Redactor> {
+    let mut secrets = Vec::new();
+    for file in files {
+        let value = std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read secret file {}", file.display()))?;
+        secrets.push(Secret::new(value.trim().to_owned()));
+    }
+    Ok(Redactor::new(secrets))
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = load_policy(&args.policy)?;
-    let toolset = toolset::by_name(&args.toolset).map_err(|e| anyhow!(e))?;
+    let toolset = toolset::by_name(&args.toolset, &args.data).map_err(|e| anyhow!(e))?;
+    for warning in check_policy(&policy, toolset.as_ref())? {
+        tracing::warn!(%warning, "policy");
+    }
+    let redactor = redactor(&args.secret_files)?;
     let grace =
         Duration::try_from_secs_f64(args.grace).context("--grace must be a non-negative number")?;
     let (journal, recovery) = Journal::open(&args.data)
@@ -58,10 +120,25 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         head = %journal.head(),
         "toolgate serving on stdio"
     );
-    let server = GateServer::new(Gate::new(policy, journal.clone()), Arc::from(toolset));
+    let approvals = ApprovalStore::open(&args.data)
+        .await
+        .context("cannot open the approval queue")?;
+    let state = StateStore::open(&args.data)
+        .await
+        .context("cannot open the state store")?;
+    let open = open_gates(&policy);
+    let gate = Gate::new(policy, journal.clone())
+        .with_approvals(approvals)
+        .with_state(state)
+        .with_redactor(redactor)
+        .with_open_gates(open)
+        .with_principal(local_principal());
+    let sweeper = tokio::spawn(toolgate::server::audit_resolutions(gate.clone()));
+    let server = GateServer::new(gate, Arc::from(toolset)).map_err(|e| anyhow!(e))?;
     stdio::serve(server, grace)
         .await
         .context("stdio transport failed")?;
+    sweeper.abort();
     let stats = journal.stats();
     tracing::info!(
         records = stats.records,

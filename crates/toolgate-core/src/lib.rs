@@ -8,3 +8,7 @@
 pub mod audit;
 pub mod canonical;
 pub mod policy;
+pub mod principal;
+pub mod redact;
+pub mod schema;
+pub mod secret;

@@ -5,4 +5,7 @@
 //! (SQLite, PostgreSQL) will live beside it. Nothing here decides policy; it only makes decisions and
 //! effects durable, in order, exactly once.
 
+pub mod approval;
+mod db;
 pub mod journal;
+pub mod state;

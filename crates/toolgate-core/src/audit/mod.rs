@@ -14,6 +14,8 @@ mod verify;
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
@@ -29,6 +31,10 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 pub enum Decision {
     Allow,
     Deny,
+    /// Refused with a dry run (a gated tool whose switch is off).
+    Refuse,
+    /// The approval queue: a request opened, or resolved by a person or by expiry.
+    Approval,
     /// The log itself was repaired at start (a torn last line moved aside).
     Recover,
 }
@@ -39,6 +45,8 @@ impl Decision {
         match self {
             Self::Allow => "allow",
             Self::Deny => "deny",
+            Self::Refuse => "refuse",
+            Self::Approval => "approval",
             Self::Recover => "recover",
         }
     }
@@ -63,6 +71,22 @@ pub enum Outcome {
     Failed,
     /// A torn final line was moved out of the log file.
     TornTailMovedAside,
+    /// Answered with what the call would do; nothing ran.
+    DryRun,
+    /// An approval request was opened (or the call attached to an open one).
+    Requested,
+    /// A person approved the request.
+    Approved,
+    /// A person denied the request.
+    Denied,
+    /// Nobody decided in time: denial.
+    Expired,
+    /// The handler ran past its timeout; its result was discarded.
+    Timeout,
+    /// The client cancelled the call.
+    Cancelled,
+    /// The effect may or may not have happened.
+    InDoubt,
 }
 
 impl Outcome {
@@ -77,6 +101,14 @@ impl Outcome {
             Self::InvalidArgs => "invalid_args",
             Self::Failed => "failed",
             Self::TornTailMovedAside => "torn_tail_moved_aside",
+            Self::DryRun => "dry_run",
+            Self::Requested => "requested",
+            Self::Approved => "approved",
+            Self::Denied => "denied",
+            Self::Expired => "expired",
+            Self::Timeout => "timeout",
+            Self::Cancelled => "cancelled",
+            Self::InDoubt => "in_doubt",
         }
     }
 }
@@ -91,6 +123,9 @@ pub struct Event {
     pub outcome: Outcome,
     /// SHA-256 of the canonical arguments ([`canonical::digest`]).
     pub args_digest: String,
+    /// More fields, e.g. `rule`, `policy_sha256`, `approval_id`, `approver`. They are hashed with
+    /// the rest; a key that names a core field is ignored.
+    pub detail: BTreeMap<String, Value>,
 }
 
 impl Event {
@@ -110,9 +145,30 @@ impl Event {
             decision,
             outcome,
             args_digest: canonical::digest(arguments),
+            detail: BTreeMap::new(),
         }
     }
+
+    /// Adds a field to the record.
+    #[must_use]
+    pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.detail.insert(key.to_owned(), value.into());
+        self
+    }
 }
+
+/// The fields every record has; `Event::detail` cannot override them.
+const CORE_FIELDS: &[&str] = &[
+    "args_digest",
+    "decision",
+    "method",
+    "name",
+    "outcome",
+    "prev_sha256",
+    "request_id",
+    "sha256",
+    "ts",
+];
 
 /// A record placed in the chain: its line as written (with the trailing `\n`) and its hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +197,12 @@ impl Chain {
 
     /// Places `event` after the current head, stamped `ts` (nanoseconds since the epoch).
     pub fn seal(&mut self, event: &Event, ts: u64) -> Sealed {
-        let mut record = Map::new();
+        let mut record: Map<String, Value> = event
+            .detail
+            .iter()
+            .filter(|(key, _)| !CORE_FIELDS.contains(&key.as_str()))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
         let mut put = |key: &str, value: &str| {
             record.insert(key.to_owned(), Value::String(value.to_owned()));
         };

@@ -179,6 +179,7 @@ fn the_encoder_reproduces_the_vector_byte_for_byte() {
             decision,
             outcome,
             args_digest: text("args_digest"),
+            detail: Default::default(),
         };
         let sealed = chain.seal(&event, v["ts"].as_u64().unwrap());
         assert_eq!(sealed.line, line);

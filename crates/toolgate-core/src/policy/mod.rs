@@ -1,56 +1,150 @@
-//! The policy: which tools exist for a caller, and which arguments a call may carry.
+//! The policy: which tools exist for a caller, how risky each call is, and what must happen before
+//! it runs.
 //!
-//! This is the seed's `policy.json`, version 1 (`allow`, `deny`, `arg_rules`), accepted verbatim and
-//! validated strictly: an unknown version, an unknown field or a rule that can never pass is a load
-//! error, never a silent denial at call time. The policy is immutable once loaded; it carries the
-//! SHA-256 of the file it came from so a decision can name the exact policy that made it.
+//! Two formats, one model (DESIGN.md §3): version 1 is the seed's `policy.json` (`allow`, `deny`,
+//! `arg_rules`), accepted verbatim; version 2 is TOML with per-tool tiers, CEL escalation rules,
+//! gated tools, budgets and approval settings. Both are validated strictly: an unknown version or
+//! field, a rule that can never pass, a condition that does not compile is a load error, never a
+//! silent denial at call time. A loaded policy is immutable and carries the SHA-256 of its file, so
+//! every decision names the exact policy that made it.
 //!
-//! Precedence (seed 000): `deny` beats `allow`; a tool in neither list does not exist for the caller.
+//! Precedence: `deny` (v1) and `tier = "blocked"` hide a tool; a tool the policy does not name gets
+//! `defaults.tier`, which is `blocked` unless the file says otherwise (a v1 file hides everything it
+//! does not allow, as the seed does). Escalation only ever raises a tier.
 
+mod condition;
 mod error;
+mod raw;
 
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::{Map, Value};
-use sha2::{Digest, Sha256};
 
+pub use condition::Condition;
 pub use error::PolicyError;
+
+use crate::principal::Principal;
+use raw::{RawArgRule, RawTool, RawV1, RawV2};
 
 /// The policy of seed 000, verbatim: what `toolgate demo` runs with and the README's example.
 pub const SEED_POLICY: &str = include_str!("seed-policy.json");
 
-/// The policy file as written, before validation.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    version: Value,
-    #[serde(default)]
-    allow: Vec<String>,
-    #[serde(default)]
-    deny: Vec<String>,
-    #[serde(default)]
-    arg_rules: BTreeMap<String, BTreeMap<String, ArgRule>>,
+/// How much scrutiny a call gets. Ordered: `Low < Medium < High < Blocked`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tier {
+    /// Runs.
+    Low,
+    /// Runs and counts against the principal's budget; past it, high.
+    Medium,
+    /// Needs a person's approval.
+    High,
+    /// Hidden and refused, always.
+    Blocked,
+}
+
+impl Tier {
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Low => "low",
+            Self::Medium => "medium",
+            Self::High => "high",
+            Self::Blocked => "blocked",
+        }
+    }
+
+    fn parse(text: &str, field: &str) -> Result<Self, PolicyError> {
+        match text {
+            "low" => Ok(Self::Low),
+            "medium" => Ok(Self::Medium),
+            "high" => Ok(Self::High),
+            "blocked" => Ok(Self::Blocked),
+            other => Err(invalid(
+                field,
+                format!("unknown tier {other:?} (low, medium, high, blocked)"),
+            )),
+        }
+    }
 }
 
 /// Bounds on one string argument, in Unicode scalar values (Python's `len`).
-#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArgRule {
     pub min_len: Option<usize>,
     pub max_len: Option<usize>,
 }
 
-/// A validated policy.
+/// A rule that raises a tier when its condition holds.
+#[derive(Debug)]
+pub struct Escalation {
+    pub when: Condition,
+    pub tier: Tier,
+}
+
+/// Everything the policy says about one tool.
+#[derive(Debug, Default)]
+pub struct ToolRule {
+    pub tier: Option<Tier>,
+    pub escalate: Vec<Escalation>,
+    pub args: BTreeMap<String, ArgRule>,
+    /// Off until its environment switch is set; a refused call answers with a dry run.
+    pub gated: bool,
+    /// Overrides the policy-wide `<PREFIX>_ALLOW_GATED` variable for this tool.
+    pub gate_env: Option<String>,
+    /// The argument that names the effect (idempotency key).
+    pub idempotency_key: Option<String>,
+    /// The tool dedupes by itself: safe to forward again when an earlier outcome is unknown.
+    pub idempotent: bool,
+    pub timeout: Option<Duration>,
+    /// HTTP: the OAuth scope this tool needs.
+    pub scope: Option<String>,
+    /// `untrusted` output is sanitised before it reaches the model.
+    pub untrusted_output: bool,
+    pub dry_run_tool: Option<String>,
+}
+
+/// Policy-wide settings.
 #[derive(Clone, Debug)]
+pub struct Defaults {
+    /// Tier of a tool the policy does not name.
+    pub tier: Tier,
+    /// Unanswered approvals expire after this; expiry is denial.
+    pub approval_ttl: Duration,
+    /// How long a call is held open waiting for a decision before it answers "pending".
+    pub approval_wait: Duration,
+    /// Unattended medium calls per principal per window; past it, medium becomes high.
+    pub medium_budget: u32,
+    pub medium_window: Duration,
+    /// A handler that runs longer gets an error result.
+    pub timeout: Duration,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Self {
+            tier: Tier::Blocked,
+            approval_ttl: Duration::from_secs(300),
+            approval_wait: Duration::from_secs(60),
+            medium_budget: 5,
+            medium_window: Duration::from_secs(3600),
+            timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A validated policy.
+#[derive(Debug)]
 pub struct Policy {
     sha256: String,
-    allow: BTreeSet<String>,
-    deny: BTreeSet<String>,
-    arg_rules: BTreeMap<String, BTreeMap<String, ArgRule>>,
+    version: u8,
+    name: Option<String>,
+    defaults: Defaults,
+    tools: BTreeMap<String, ToolRule>,
 }
 
 /// Why a call was refused, in words the client may see and a rule name the audit can keep.
@@ -61,38 +155,147 @@ pub struct Denial {
     pub rule: String,
 }
 
+/// A call's tier as the policy sees it, before any state (kill switch, budget, gate switch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assessment {
+    /// The tool's own tier.
+    pub declared: Tier,
+    /// After escalation.
+    pub tier: Tier,
+    /// The rule that set `tier`: `tools.NAME.tier`, `tools.NAME.escalate[i]`, `defaults.tier`.
+    pub rule: String,
+    /// Conditions that could not be evaluated and were counted as matched, with why.
+    pub undecided: Vec<String>,
+}
+
+/// What the gate does with a call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Run,
+    RefuseWithDryRun,
+    NeedsApproval,
+    Deny,
+}
+
+/// The state a decision also depends on, read from the stores at call time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Situation {
+    /// The kill switch is on: everything is blocked.
+    pub killswitch: bool,
+    /// The tool's gate variable is set to an enabling value.
+    pub gate_open: bool,
+    /// The principal is over its medium budget (only consulted for medium calls).
+    pub over_budget: bool,
+}
+
+/// The decision and the rule that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    pub action: Action,
+    pub declared: Tier,
+    pub tier: Tier,
+    pub rule: String,
+}
+
 impl Policy {
-    /// Parses and validates a policy file's bytes.
+    /// Parses and validates a policy file: JSON is version 1, anything else is read as TOML
+    /// version 2.
     ///
     /// # Errors
-    /// The file is not JSON of the expected shape, names an unsupported version, or holds a rule
-    /// that can never be satisfied.
+    /// The file is not of the expected shape, names an unsupported version, or holds a rule that
+    /// can never be satisfied or a condition that does not compile.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, PolicyError> {
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first == Some(&b'{') {
+            return Self::from_json(bytes);
+        }
+        let text =
+            std::str::from_utf8(bytes).map_err(|_| invalid("file", "is not UTF-8".to_owned()))?;
+        let raw: RawV2 =
+            toml::from_str(text).map_err(|source| PolicyError::MalformedToml { source })?;
+        if raw.version != 2 {
+            return Err(PolicyError::UnsupportedVersion {
+                found: raw.version.to_string(),
+            });
+        }
+        Self::from_v2(raw, sha256(bytes))
+    }
+
+    /// Parses and validates a version 1 (JSON) policy.
+    ///
+    /// # Errors
+    /// As [`Policy::from_bytes`].
     pub fn from_json(bytes: &[u8]) -> Result<Self, PolicyError> {
-        let raw: RawPolicy =
+        let raw: RawV1 =
             serde_json::from_slice(bytes).map_err(|source| PolicyError::Malformed { source })?;
         if raw.version != 1 {
             return Err(PolicyError::UnsupportedVersion {
                 found: raw.version.to_string(),
             });
         }
-        for (tool, rules) in &raw.arg_rules {
-            for (arg, rule) in rules {
-                if let (Some(min), Some(max)) = (rule.min_len, rule.max_len)
-                    && min > max
-                {
-                    return Err(PolicyError::ImpossibleRule {
-                        tool: tool.clone(),
-                        arg: arg.clone(),
-                        detail: format!("min_len {min} is greater than max_len {max}"),
-                    });
-                }
-            }
+        let mut tools: BTreeMap<String, ToolRule> = BTreeMap::new();
+        for name in raw.allow {
+            tools.entry(name).or_default().tier = Some(Tier::Low);
+        }
+        // deny beats allow (seed 000).
+        for name in raw.deny {
+            tools.entry(name).or_default().tier = Some(Tier::Blocked);
+        }
+        for (tool, rules) in raw.arg_rules {
+            let rule = tools.entry(tool.clone()).or_default();
+            rule.args = arg_rules(&tool, rules)?;
         }
         Ok(Self {
-            sha256: hex::encode(Sha256::digest(bytes)),
-            allow: raw.allow.into_iter().collect(),
-            deny: raw.deny.into_iter().collect(),
-            arg_rules: raw.arg_rules,
+            sha256: sha256(bytes),
+            version: 1,
+            name: None,
+            defaults: Defaults::default(),
+            tools,
+        })
+    }
+
+    fn from_v2(raw: RawV2, sha256: String) -> Result<Self, PolicyError> {
+        let base = Defaults::default();
+        let d = raw.defaults;
+        let defaults = Defaults {
+            tier: d
+                .tier
+                .as_deref()
+                .map(|t| Tier::parse(t, "defaults.tier"))
+                .transpose()?
+                .unwrap_or(base.tier),
+            approval_ttl: dur(d.approval_ttl.as_deref(), "defaults.approval_ttl")?
+                .unwrap_or(base.approval_ttl),
+            approval_wait: dur(d.approval_wait.as_deref(), "defaults.approval_wait")?
+                .unwrap_or(base.approval_wait),
+            medium_budget: d.medium_budget.unwrap_or(base.medium_budget),
+            medium_window: dur(d.medium_window.as_deref(), "defaults.medium_window")?
+                .unwrap_or(base.medium_window),
+            timeout: dur(d.timeout.as_deref(), "defaults.timeout")?.unwrap_or(base.timeout),
+        };
+        if let Some(name) = &raw.name
+            && (name.is_empty()
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        {
+            return Err(invalid(
+                "name",
+                format!("{name:?} must be letters, digits, '-' or '_'"),
+            ));
+        }
+        let mut tools = BTreeMap::new();
+        for (name, tool) in raw.tools {
+            let rule = tool_rule(&name, tool)?;
+            tools.insert(name, rule);
+        }
+        Ok(Self {
+            sha256,
+            version: 2,
+            name: raw.name,
+            defaults,
+            tools,
         })
     }
 
@@ -102,13 +305,66 @@ impl Policy {
         &self.sha256
     }
 
+    /// 1 (the seed's JSON) or 2 (TOML).
+    #[must_use]
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+
+    #[must_use]
+    pub fn defaults(&self) -> &Defaults {
+        &self.defaults
+    }
+
+    /// The tools the policy names, with their rules.
+    pub fn tools(&self) -> impl Iterator<Item = (&str, &ToolRule)> {
+        self.tools.iter().map(|(name, rule)| (name.as_str(), rule))
+    }
+
+    /// What the policy says about `tool` (`None` when it does not name it).
+    #[must_use]
+    pub fn rule(&self, tool: &str) -> Option<&ToolRule> {
+        self.tools.get(tool)
+    }
+
+    /// The tool's own tier and the rule it comes from.
+    fn declared(&self, tool: &str) -> (Tier, String) {
+        match self.tools.get(tool).and_then(|r| r.tier) {
+            Some(tier) => (tier, format!("tools.{tool}.tier")),
+            None => (self.defaults.tier, "defaults.tier".to_owned()),
+        }
+    }
+
     /// Whether `tool` exists for the caller: listed by `tools/list` and callable at all.
     #[must_use]
     pub fn visible(&self, tool: &str) -> bool {
-        self.allow.contains(tool) && !self.deny.contains(tool)
+        self.declared(tool).0 != Tier::Blocked
     }
 
-    /// The whole check for a call: visibility, then every argument rule.
+    /// The environment variable that opens `tool` when it is gated: `gate_env`, else
+    /// `<NAME>_ALLOW_GATED` from the policy's name (`notes` and `notes-mcp` give `NOTES_ALLOW_GATED`).
+    #[must_use]
+    pub fn gate_env(&self, tool: &str) -> String {
+        if let Some(env) = self.tools.get(tool).and_then(|r| r.gate_env.clone()) {
+            return env;
+        }
+        let name = self
+            .name
+            .as_deref()
+            .unwrap_or("toolgate")
+            .to_ascii_uppercase();
+        let base = name
+            .strip_suffix("-MCP")
+            .or_else(|| name.strip_suffix("_MCP"))
+            .unwrap_or(&name);
+        let prefix: String = base
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        format!("{prefix}_ALLOW_GATED")
+    }
+
+    /// Visibility and argument rules for a call.
     ///
     /// # Errors
     /// The [`Denial`] naming the first rule the call breaks.
@@ -117,14 +373,24 @@ impl Policy {
             tool: tool.to_owned(),
             rule,
         };
-        if self.deny.contains(tool) {
-            return Err(deny("deny".to_owned()));
+        let (tier, rule) = self.declared(tool);
+        if tier == Tier::Blocked {
+            let rule = match (self.version, self.tools.contains_key(tool)) {
+                (1, true) => "deny".to_owned(),
+                (1, false) => "not_allowed".to_owned(),
+                _ => rule,
+            };
+            return Err(deny(rule));
         }
-        if !self.allow.contains(tool) {
-            return Err(deny("not_allowed".to_owned()));
-        }
-        for (arg, rule) in self.arg_rules.get(tool).into_iter().flatten() {
-            let name = |bound: &str| format!("arg_rules.{tool}.{arg}.{bound}");
+        let rules = self.tools.get(tool).map(|r| &r.args);
+        for (arg, rule) in rules.into_iter().flatten() {
+            let name = |bound: &str| {
+                if self.version == 1 {
+                    format!("arg_rules.{tool}.{arg}.{bound}")
+                } else {
+                    format!("tools.{tool}.args.{arg}.{bound}")
+                }
+            };
             let Some(Value::String(value)) = arguments.get(arg) else {
                 return Err(deny(name("string")));
             };
@@ -138,4 +404,221 @@ impl Policy {
         }
         Ok(())
     }
+
+    /// The call's tier: the tool's own, raised by every escalation rule that matches.
+    #[must_use]
+    pub fn assess(
+        &self,
+        tool: &str,
+        arguments: &Map<String, Value>,
+        principal: &Principal,
+    ) -> Assessment {
+        let (declared, mut rule) = self.declared(tool);
+        let mut tier = declared;
+        let mut undecided = Vec::new();
+        let escalations = self
+            .tools
+            .get(tool)
+            .map(|r| r.escalate.as_slice())
+            .unwrap_or_default();
+        for (index, escalation) in escalations.iter().enumerate() {
+            let matched = match escalation.when.eval(arguments, principal, tool) {
+                Ok(matched) => matched,
+                Err(why) => {
+                    undecided.push(format!("tools.{tool}.escalate[{index}]: {why}"));
+                    true
+                }
+            };
+            if matched && escalation.tier > tier {
+                tier = escalation.tier;
+                rule = format!("tools.{tool}.escalate[{index}]");
+            }
+        }
+        Assessment {
+            declared,
+            tier,
+            rule,
+            undecided,
+        }
+    }
+
+    /// The decision for an assessed call in the current situation. Order: kill switch, blocked,
+    /// gate switch, medium budget, approval.
+    #[must_use]
+    pub fn decide(&self, tool: &str, assessment: &Assessment, situation: Situation) -> Verdict {
+        let verdict = |action, tier, rule: String| Verdict {
+            action,
+            declared: assessment.declared,
+            tier,
+            rule,
+        };
+        if situation.killswitch {
+            return verdict(Action::Deny, Tier::Blocked, "killswitch".to_owned());
+        }
+        let gated = self.tools.get(tool).is_some_and(|r| r.gated);
+        match assessment.tier {
+            Tier::Blocked => verdict(Action::Deny, Tier::Blocked, assessment.rule.clone()),
+            _ if gated && !situation.gate_open => verdict(
+                Action::RefuseWithDryRun,
+                assessment.tier,
+                format!("tools.{tool}.gated"),
+            ),
+            Tier::Medium if situation.over_budget => verdict(
+                Action::NeedsApproval,
+                Tier::High,
+                "defaults.medium_budget".to_owned(),
+            ),
+            Tier::High => verdict(Action::NeedsApproval, Tier::High, assessment.rule.clone()),
+            tier => verdict(Action::Run, tier, assessment.rule.clone()),
+        }
+    }
+
+    /// Checks the policy against the tools really served: `tools` maps each tool name to its
+    /// argument names and their declared JSON types. Returns warnings (a tool the toolset lacks).
+    ///
+    /// # Errors
+    /// A rule names an argument the tool does not have, or a condition can never be evaluated
+    /// for the declared types.
+    pub fn check_tools(
+        &self,
+        tools: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
+    ) -> Result<Vec<String>, PolicyError> {
+        let mut warnings = Vec::new();
+        for (name, rule) in &self.tools {
+            let Some(properties) = tools.get(name) else {
+                warnings.push(format!(
+                    "policy names tool `{name}`, which the served tools do not include"
+                ));
+                continue;
+            };
+            for arg in rule.args.keys() {
+                if !properties.contains_key(arg) {
+                    return Err(PolicyError::ImpossibleRule {
+                        tool: name.clone(),
+                        arg: arg.clone(),
+                        detail: format!("{name} has no argument `{arg}`"),
+                    });
+                }
+            }
+            if let Some(key) = &rule.idempotency_key
+                && !properties.contains_key(key)
+            {
+                return Err(invalid(
+                    &format!("tools.{name}.idempotency_key"),
+                    format!("{name} has no argument `{key}`"),
+                ));
+            }
+            for (index, escalation) in rule.escalate.iter().enumerate() {
+                escalation.when.check(name, properties).map_err(|detail| {
+                    PolicyError::Condition {
+                        tool: name.clone(),
+                        index,
+                        when: escalation.when.source().to_owned(),
+                        detail,
+                    }
+                })?;
+            }
+        }
+        Ok(warnings)
+    }
+}
+
+fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
+    let field = |f: &str| format!("tools.{name}.{f}");
+    let tier = raw
+        .tier
+        .as_deref()
+        .map(|t| Tier::parse(t, &field("tier")))
+        .transpose()?;
+    let mut escalate = Vec::new();
+    for (index, e) in raw.escalate.into_iter().enumerate() {
+        let when = Condition::compile(&e.when).map_err(|detail| PolicyError::Condition {
+            tool: name.to_owned(),
+            index,
+            when: e.when.clone(),
+            detail,
+        })?;
+        let tier = Tier::parse(&e.tier, &field(&format!("escalate[{index}].tier")))?;
+        escalate.push(Escalation { when, tier });
+    }
+    let untrusted_output = match raw.output.as_deref() {
+        None | Some("trusted") => false,
+        Some("untrusted") => true,
+        Some(other) => {
+            return Err(invalid(
+                &field("output"),
+                format!("{other:?} is not \"trusted\" or \"untrusted\""),
+            ));
+        }
+    };
+    if let Some(env) = &raw.gate_env
+        && (env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+    {
+        return Err(invalid(
+            &field("gate_env"),
+            format!("{env:?} is not an environment variable name"),
+        ));
+    }
+    Ok(ToolRule {
+        tier,
+        escalate,
+        args: arg_rules(name, raw.args)?,
+        gated: raw.gated.unwrap_or(false),
+        gate_env: raw.gate_env,
+        idempotency_key: raw.idempotency_key,
+        idempotent: raw.idempotent.unwrap_or(false),
+        timeout: dur(raw.timeout.as_deref(), &field("timeout"))?,
+        scope: raw.scope,
+        untrusted_output,
+        dry_run_tool: raw.dry_run_tool,
+    })
+}
+
+fn arg_rules(
+    tool: &str,
+    raw: BTreeMap<String, RawArgRule>,
+) -> Result<BTreeMap<String, ArgRule>, PolicyError> {
+    raw.into_iter()
+        .map(|(arg, rule)| {
+            if let (Some(min), Some(max)) = (rule.min_len, rule.max_len)
+                && min > max
+            {
+                return Err(PolicyError::ImpossibleRule {
+                    tool: tool.to_owned(),
+                    arg,
+                    detail: format!("min_len {min} is greater than max_len {max}"),
+                });
+            }
+            Ok((
+                arg,
+                ArgRule {
+                    min_len: rule.min_len,
+                    max_len: rule.max_len,
+                },
+            ))
+        })
+        .collect()
+}
+
+fn dur(text: Option<&str>, field: &str) -> Result<Option<Duration>, PolicyError> {
+    text.map(|t| {
+        raw::duration(t).ok_or_else(|| {
+            invalid(
+                field,
+                format!("{t:?} is not a duration like \"30s\", \"5m\", \"1h\""),
+            )
+        })
+    })
+    .transpose()
+}
+
+fn invalid(field: &str, detail: String) -> PolicyError {
+    PolicyError::Invalid {
+        field: field.to_owned(),
+        detail,
+    }
+}
+
+fn sha256(bytes: &[u8]) -> String {
+    crate::canonical::sha256_hex(bytes)
 }

@@ -1,6 +1,9 @@
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value, json};
 
 use super::*;
+use crate::principal::Principal;
 
 fn args(value: Value) -> Map<String, Value> {
     value.as_object().cloned().unwrap()
@@ -74,4 +77,245 @@ fn bad_files_are_load_errors() {
         let err = Policy::from_json(text.as_bytes()).unwrap_err().to_string();
         assert!(err.contains(expected), "{text}: {err}");
     }
+}
+
+const ORDERS: &str = r#"
+version = 2
+name = "orders-mcp"
+
+[defaults]
+tier = "low"
+approval_ttl = "2m"
+medium_budget = 5
+medium_window = "1h"
+
+[tools.lookup_order]
+tier = "low"
+
+[tools.refund]
+tier = "medium"
+escalate = [{ when = "args.amount > 25", tier = "high" }]
+scope = "payments:write"
+idempotency_key = "order_id"
+
+[tools.send_email]
+tier = "low"
+escalate = [{ when = "!args.to.endsWith('@example.com')", tier = "high" }]
+
+[tools.delete_customer]
+tier = "blocked"
+
+[tools.delete_note]
+gated = true
+"#;
+
+fn orders() -> Policy {
+    Policy::from_bytes(ORDERS.as_bytes()).unwrap()
+}
+
+fn alice() -> Principal {
+    Principal::new("local:alice")
+}
+
+#[test]
+fn v2_tiers_escalate_with_the_arguments() {
+    let policy = orders();
+    assert_eq!(policy.version(), 2);
+    let small = policy.assess(
+        "refund",
+        &args(json!({"order_id": "o1", "amount": 10})),
+        &alice(),
+    );
+    assert_eq!(
+        (small.declared, small.tier, small.rule.as_str()),
+        (Tier::Medium, Tier::Medium, "tools.refund.tier")
+    );
+    let large = policy.assess(
+        "refund",
+        &args(json!({"order_id": "o1", "amount": 49.5})),
+        &alice(),
+    );
+    assert_eq!(
+        (large.tier, large.rule.as_str()),
+        (Tier::High, "tools.refund.escalate[0]")
+    );
+    let internal = policy.assess(
+        "send_email",
+        &args(json!({"to": "ops@example.com"})),
+        &alice(),
+    );
+    assert_eq!(internal.tier, Tier::Low);
+    let external = policy.assess("send_email", &args(json!({"to": "x@evil.test"})), &alice());
+    assert_eq!(external.tier, Tier::High);
+}
+
+#[test]
+fn a_condition_that_cannot_be_decided_escalates() {
+    let policy = orders();
+    for bad in [
+        json!({"order_id": "o1"}),
+        json!({"order_id": "o1", "amount": "49"}),
+    ] {
+        let a = policy.assess("refund", &args(bad.clone()), &alice());
+        assert_eq!(a.tier, Tier::High, "{bad}");
+        assert_eq!(a.undecided.len(), 1, "{bad}");
+    }
+}
+
+#[test]
+fn decisions_follow_killswitch_blocked_gate_budget_approval() {
+    let policy = orders();
+    let decide = |tool: &str, a: Value, s: Situation| {
+        let assessment = policy.assess(tool, &args(a), &alice());
+        policy.decide(tool, &assessment, s)
+    };
+    let open = Situation::default();
+    assert_eq!(decide("lookup_order", json!({}), open).action, Action::Run);
+    let refund = json!({"order_id": "o1", "amount": 5});
+    assert_eq!(decide("refund", refund.clone(), open).action, Action::Run);
+    let over = Situation {
+        over_budget: true,
+        ..open
+    };
+    let v = decide("refund", refund.clone(), over);
+    assert_eq!(
+        (v.action, v.tier, v.rule.as_str()),
+        (Action::NeedsApproval, Tier::High, "defaults.medium_budget")
+    );
+    assert_eq!(
+        decide("refund", json!({"order_id": "o1", "amount": 500}), open).action,
+        Action::NeedsApproval
+    );
+    assert_eq!(
+        decide("delete_customer", json!({}), open).action,
+        Action::Deny
+    );
+    assert!(!policy.visible("delete_customer"));
+    let v = decide("delete_note", json!({}), open);
+    assert_eq!(
+        (v.action, v.rule.as_str()),
+        (Action::RefuseWithDryRun, "tools.delete_note.gated")
+    );
+    let gate_open = Situation {
+        gate_open: true,
+        ..open
+    };
+    assert_eq!(
+        decide("delete_note", json!({}), gate_open).action,
+        Action::Run
+    );
+    let killed = Situation {
+        killswitch: true,
+        gate_open: true,
+        ..open
+    };
+    for tool in ["lookup_order", "refund", "delete_note"] {
+        let v = decide(tool, json!({"order_id": "o1", "amount": 1}), killed);
+        assert_eq!(
+            (v.action, v.rule.as_str()),
+            (Action::Deny, "killswitch"),
+            "{tool}"
+        );
+    }
+}
+
+#[test]
+fn gate_variables_come_from_the_policy_name() {
+    assert_eq!(orders().gate_env("delete_note"), "ORDERS_ALLOW_GATED");
+    let notes =
+        Policy::from_bytes(b"version = 2\nname = \"notes\"\n[tools.x]\ngated = true\n").unwrap();
+    assert_eq!(notes.gate_env("x"), "NOTES_ALLOW_GATED");
+    let custom =
+        Policy::from_bytes(b"version = 2\n[tools.x]\ngated = true\ngate_env = \"X_ON\"\n").unwrap();
+    assert_eq!(custom.gate_env("x"), "X_ON");
+    assert_eq!(custom.gate_env("y"), "TOOLGATE_ALLOW_GATED");
+}
+
+#[test]
+fn a_tool_the_v2_policy_does_not_name_gets_the_default_tier_blocked_unless_set() {
+    let strict = Policy::from_bytes(b"version = 2\n").unwrap();
+    assert!(!strict.visible("anything"));
+    assert_eq!(
+        strict.admit("anything", &Map::new()).unwrap_err().rule,
+        "defaults.tier"
+    );
+    assert!(orders().visible("anything"));
+}
+
+#[test]
+fn v2_load_errors_are_precise() {
+    for (text, expected) in [
+        ("version = 3\n", "policy version 3 is not supported"),
+        (
+            "version = 2\n[tools.x]\ntier = \"huge\"\n",
+            "tools.x.tier: unknown tier \"huge\"",
+        ),
+        (
+            "version = 2\n[tools.x]\ntyer = \"low\"\n",
+            "not valid policy TOML",
+        ),
+        (
+            "version = 2\n[defaults]\napproval_ttl = \"5 minutes\"\n",
+            "defaults.approval_ttl",
+        ),
+        (
+            "version = 2\n[tools.x]\nescalate = [{ when = \"args.a >\", tier = \"high\" }]\n",
+            "tools.x.escalate[0] `args.a >`",
+        ),
+        ("version = 2\nname = \"a b\"\n", "policy name"),
+    ] {
+        let err = Policy::from_bytes(text.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains(expected), "{text}: {err}");
+    }
+}
+
+#[test]
+fn conditions_are_checked_against_the_tools_schemas() {
+    let policy = orders();
+    let props = |pairs: &[(&str, &[&str])]| -> BTreeMap<String, Vec<String>> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), v.iter().map(|t| (*t).to_owned()).collect()))
+            .collect()
+    };
+    let mut tools = BTreeMap::new();
+    tools.insert(
+        "lookup_order".to_owned(),
+        props(&[("order_id", &["string"])]),
+    );
+    tools.insert(
+        "refund".to_owned(),
+        props(&[("order_id", &["string"]), ("amount", &["number"])]),
+    );
+    tools.insert(
+        "send_email".to_owned(),
+        props(&[("to", &["string"]), ("body", &["string"])]),
+    );
+    tools.insert("delete_customer".to_owned(), props(&[]));
+    let warnings = policy.check_tools(&tools).unwrap();
+    assert_eq!(
+        warnings,
+        ["policy names tool `delete_note`, which the served tools do not include"]
+    );
+
+    // Amount declared as a string: `args.amount > 25` can never be evaluated.
+    tools.insert(
+        "refund".to_owned(),
+        props(&[("order_id", &["string"]), ("amount", &["string"])]),
+    );
+    let err = policy.check_tools(&tools).unwrap_err().to_string();
+    assert!(
+        err.contains("tools.refund.escalate[0]") && err.contains("can never be evaluated"),
+        "{err}"
+    );
+    // An argument the tool does not have.
+    tools.insert(
+        "refund".to_owned(),
+        props(&[("order_id", &["string"]), ("total", &["number"])]),
+    );
+    let err = policy.check_tools(&tools).unwrap_err().to_string();
+    assert!(
+        err.contains("names argument `amount`, which refund does not have"),
+        "{err}"
+    );
 }

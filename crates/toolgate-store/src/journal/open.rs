@@ -93,6 +93,7 @@ pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
             decision: Decision::Recover,
             outcome: Outcome::TornTailMovedAside,
             args_digest: canonical::digest(&json!({ "bytes": bytes, "moved_to": name })),
+            detail: Default::default(),
         };
         repaired.extend_from_slice(&chain.seal(&event, now_ns()).line);
     }

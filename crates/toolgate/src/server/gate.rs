@@ -1,29 +1,81 @@
-//! The gate as the handlers see it: the loaded policy and the journal its decisions land in.
+//! The gate as handlers and the corridor see it: the loaded policy, the journal its decisions land
+//! in, the approval queue, the kill switch and budgets, the redactor, and the gate switches.
+//!
+//! Stores are optional so that a server with nothing that needs them (the seed's ledger) runs on the
+//! journal alone; a call that needs a store that is not there does not run (fail closed).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use rmcp::ErrorData;
 use serde_json::{Map, Value};
 use toolgate_core::audit::{Decision, Event, Outcome};
 use toolgate_core::policy::{Denial, Policy};
+use toolgate_core::principal::Principal;
+use toolgate_core::redact::Redactor;
+use toolgate_store::approval::ApprovalStore;
 use toolgate_store::journal::Journal;
+use toolgate_store::state::StateStore;
 
 use crate::outcome;
 
-/// Policy plus journal; cloned into every call.
+/// Policy, stores and switches; cloned into every call.
 #[derive(Clone, Debug)]
 pub struct Gate {
     policy: Arc<Policy>,
     journal: Journal,
+    approvals: Option<ApprovalStore>,
+    state: Option<StateStore>,
+    redactor: Arc<Redactor>,
+    open_gates: Arc<BTreeSet<String>>,
+    principal: Principal,
 }
 
 impl Gate {
+    /// A gate with the journal only; the caller is the local user `local:<name>`.
     #[must_use]
     pub fn new(policy: Policy, journal: Journal) -> Self {
         Self {
             policy: Arc::new(policy),
             journal,
+            approvals: None,
+            state: None,
+            redactor: Arc::new(Redactor::default()),
+            open_gates: Arc::new(BTreeSet::new()),
+            principal: Principal::new("local:unknown"),
         }
+    }
+
+    #[must_use]
+    pub fn with_approvals(mut self, store: ApprovalStore) -> Self {
+        self.approvals = Some(store);
+        self
+    }
+
+    #[must_use]
+    pub fn with_state(mut self, store: StateStore) -> Self {
+        self.state = Some(store);
+        self
+    }
+
+    #[must_use]
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = Arc::new(redactor);
+        self
+    }
+
+    /// Environment variables that are set to an enabling value (read by the CLI at start).
+    #[must_use]
+    pub fn with_open_gates(mut self, open: BTreeSet<String>) -> Self {
+        self.open_gates = Arc::new(open);
+        self
+    }
+
+    /// Who calls on this connection (stdio: the local user the server runs as).
+    #[must_use]
+    pub fn with_principal(mut self, principal: Principal) -> Self {
+        self.principal = principal;
+        self
     }
 
     #[must_use]
@@ -34,6 +86,32 @@ impl Gate {
     #[must_use]
     pub fn journal(&self) -> &Journal {
         &self.journal
+    }
+
+    #[must_use]
+    pub fn approvals(&self) -> Option<&ApprovalStore> {
+        self.approvals.as_ref()
+    }
+
+    #[must_use]
+    pub fn state(&self) -> Option<&StateStore> {
+        self.state.as_ref()
+    }
+
+    #[must_use]
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    #[must_use]
+    pub fn principal(&self) -> &Principal {
+        &self.principal
+    }
+
+    /// Whether `tool`'s gate switch is on.
+    #[must_use]
+    pub fn gate_open(&self, tool: &str) -> bool {
+        self.open_gates.contains(&self.policy.gate_env(tool))
     }
 
     /// Visibility and argument rules for a call. A refusal is audited `deny / not_executed` and
@@ -49,17 +127,13 @@ impl Gate {
     ) -> Result<(), ErrorData> {
         match self.policy.admit(tool, arguments) {
             Ok(()) if registered => Ok(()),
-            Ok(()) => Err(self
-                .refuse(
-                    tool,
-                    arguments,
-                    Denial {
-                        tool: tool.to_owned(),
-                        rule: "unknown_tool".to_owned(),
-                    },
-                    false,
-                )
-                .await),
+            Ok(()) => {
+                let denial = Denial {
+                    tool: tool.to_owned(),
+                    rule: "unknown_tool".to_owned(),
+                };
+                Err(self.refuse(tool, arguments, denial, false).await)
+            }
             Err(denial) => {
                 let visible = registered && self.policy.visible(tool);
                 Err(self.refuse(tool, arguments, denial, visible).await)
@@ -67,25 +141,59 @@ impl Gate {
         }
     }
 
-    async fn refuse(
+    /// Audits a refusal before dispatch and builds the -32602 answer.
+    pub async fn refuse(
         &self,
         tool: &str,
         arguments: &Map<String, Value>,
         denial: Denial,
         visible: bool,
     ) -> ErrorData {
-        let event = Event::tool_call(
-            request_label(arguments),
+        let event = self.event(
             tool,
+            arguments,
             Decision::Deny,
             Outcome::NotExecuted,
-            &Value::Object(arguments.clone()),
+            &denial.rule,
         );
         if let Err(error) = self.journal.record(event).await {
             tracing::error!(tool, error = %error, "denial could not be audited; refusing anyway");
         }
         tracing::info!(tool, rule = %denial.rule, "call denied before dispatch");
         outcome::denied(&denial, visible, self.policy.sha256())
+    }
+
+    /// An audit event for a call to `tool`, naming the rule and the policy it was decided under.
+    #[must_use]
+    pub fn event(
+        &self,
+        tool: &str,
+        arguments: &Map<String, Value>,
+        decision: Decision,
+        outcome: Outcome,
+        rule: &str,
+    ) -> Event {
+        Event::tool_call(
+            request_label(arguments),
+            tool,
+            decision,
+            outcome,
+            &Value::Object(arguments.clone()),
+        )
+        .with("rule", rule)
+        .with("policy_sha256", self.policy.sha256())
+        .with("principal", self.principal.sub.as_str())
+    }
+
+    /// Records `event`; on failure logs it and returns false (the caller decides what fails closed).
+    pub async fn record(&self, event: Event) -> bool {
+        match self.journal.record(event).await {
+            Ok(_) => true,
+            Err(error) => {
+                tracing::error!(error = %error, "audit record could not be written");
+                false
+            }
+        }
     }
 }
 

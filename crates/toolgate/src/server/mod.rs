@@ -7,9 +7,12 @@
 //! `_meta`, `resultType`, -32022 and the `initialize` handshake all come from the SDK; this type
 //! narrows the version list on purpose and names itself in `serverInfo`.
 
+mod corridor;
 mod gate;
+mod resolutions;
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::model::{
@@ -19,7 +22,11 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 
+pub use corridor::{fingerprint, now_ms, rfc3339};
 pub use gate::{Gate, request_label};
+pub use resolutions::audit_resolutions;
+
+use toolgate_core::schema::ToolSchema;
 
 use crate::toolset::Toolset;
 
@@ -37,17 +44,23 @@ pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
 pub struct GateServer {
     gate: Gate,
     toolset: Arc<dyn Toolset>,
+    schemas: Arc<BTreeMap<String, ToolSchema>>,
     inflight: crate::stdio::InFlight,
 }
 
 impl GateServer {
-    #[must_use]
-    pub fn new(gate: Gate, toolset: Arc<dyn Toolset>) -> Self {
-        Self {
+    /// Compiles every tool's input schema once.
+    ///
+    /// # Errors
+    /// A tool's schema is not a valid JSON Schema for an object.
+    pub fn new(gate: Gate, toolset: Arc<dyn Toolset>) -> Result<Self, String> {
+        let schemas = crate::toolset::schemas(toolset.as_ref())?;
+        Ok(Self {
             gate,
             toolset,
+            schemas: Arc::new(schemas),
             inflight: crate::stdio::InFlight::default(),
-        }
+        })
     }
 
     /// Counter of calls being served, which the stdio transport waits on at EOF.
@@ -56,12 +69,36 @@ impl GateServer {
         self.inflight.clone()
     }
 
+    /// Tools the caller may see. Gated tools say so in their description and in `_meta`, with the
+    /// variable that opens them; annotations pass through untouched.
     fn visible_tools(&self) -> Vec<Tool> {
+        let policy = self.gate.policy();
         self.toolset
             .tools()
             .iter()
-            .filter(|tool| self.gate.policy().visible(&tool.name))
-            .cloned()
+            .filter(|tool| policy.visible(&tool.name))
+            .map(|tool| {
+                let mut tool = tool.clone();
+                if policy.rule(&tool.name).is_some_and(|r| r.gated) {
+                    let env = policy.gate_env(&tool.name);
+                    let open = self.gate.gate_open(&tool.name);
+                    let note = if open {
+                        format!(" [gated: enabled by {env}]")
+                    } else {
+                        format!(" [gated: off until {env} is set; calls answer with a dry run]")
+                    };
+                    tool.description = Some(
+                        format!("{}{note}", tool.description.as_deref().unwrap_or_default()).into(),
+                    );
+                    let mut meta = tool.meta.take().unwrap_or_default();
+                    meta.0.insert(
+                        "io.toolgate/gated".to_owned(),
+                        serde_json::json!({"env": env, "enabled": open}),
+                    );
+                    tool.meta = Some(meta);
+                }
+                tool
+            })
             .collect()
     }
 }
@@ -107,11 +144,12 @@ impl ServerHandler for GateServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let _guard = self.inflight.enter();
         let arguments = request.arguments.unwrap_or_default();
-        let name = request.name;
-        self.gate
-            .admit(&name, &arguments, self.toolset.has(&name))
-            .await?;
-        let mut result = self.toolset.call(&self.gate, &name, arguments).await?;
+        let corridor = corridor::Corridor {
+            gate: &self.gate,
+            toolset: self.toolset.as_ref(),
+            schemas: &self.schemas,
+        };
+        let mut result = corridor.call(&request.name, arguments, &context).await?;
         if is_modern(&context) {
             result.meta = Some(server_meta());
         }

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use toolgate_core::audit::{Decision, Event, Outcome};
+use toolgate_core::audit::{Decision, Outcome};
 use toolgate_store::journal::{JournalError, Note, NoteOutcome};
 
-use super::{CallFuture, Toolset};
+use super::{Call, CallFuture, Toolset};
 use crate::outcome;
 use crate::server::Gate;
 
@@ -82,19 +82,20 @@ impl Ledger {
         Self { tools }
     }
 
-    async fn write_note(gate: &Gate, arguments: Map<String, Value>) -> CallResult {
+    async fn write_note(gate: &Gate, arguments: Map<String, Value>, rule: &str) -> CallResult {
         gate.admit("write_note", &arguments, true).await?;
         let args = Value::Object(arguments);
         let call: WriteNote = match parse(gate, "write_note", &args).await {
             Ok(call) => call,
             Err(result) => return Ok(result),
         };
-        let event = Event::tool_call(
-            &call.request_id,
+        let map = args.as_object().cloned().unwrap_or_default();
+        let event = gate.event(
             "write_note",
+            &map,
             Decision::Allow,
             Outcome::Committed,
-            &args,
+            rule,
         );
         let note = Note {
             request_id: call.request_id,
@@ -125,20 +126,23 @@ impl Ledger {
         })
     }
 
-    async fn read_ledger(gate: &Gate, arguments: Map<String, Value>) -> CallResult {
+    async fn read_ledger(gate: &Gate, arguments: Map<String, Value>, rule: &str) -> CallResult {
         gate.admit("read_ledger", &arguments, true).await?;
         let args = Value::Object(arguments);
         if let Err(result) = parse::<ReadLedger>(gate, "read_ledger", &args).await {
             return Ok(result);
         }
         let notes = gate.journal().notes();
-        let event = Event::tool_call(
-            "observe",
+        let map = args.as_object().cloned().unwrap_or_default();
+        let mut event = gate.event(
             "read_ledger",
+            &map,
             Decision::Allow,
             Outcome::Observed,
-            &args,
+            rule,
         );
+        // Seed 000 labels observations this way.
+        event.request_id = "observe".to_owned();
         if let Err(error) = gate.journal().record(event).await {
             tracing::error!(error = %error, "read_ledger answer withheld: audit failed");
             return Ok(outcome::audit_unavailable("read_ledger"));
@@ -146,17 +150,12 @@ impl Ledger {
         Ok(outcome::success(json!({ "notes": notes })))
     }
 
-    async fn rm_rf(gate: &Gate, arguments: Map<String, Value>) -> CallResult {
+    async fn rm_rf(gate: &Gate, arguments: Map<String, Value>, rule: &str) -> CallResult {
         gate.admit("rm_rf", &arguments, true).await?;
         // Only reached when a policy allows it: say plainly that nothing happened.
         let args = Value::Object(arguments);
-        let event = Event::tool_call(
-            crate::server::request_label(args.as_object().unwrap_or(&Map::new())),
-            "rm_rf",
-            Decision::Allow,
-            Outcome::Failed,
-            &args,
-        );
+        let map = args.as_object().cloned().unwrap_or_default();
+        let event = gate.event("rm_rf", &map, Decision::Allow, Outcome::Failed, rule);
         if gate.journal().record(event).await.is_err() {
             return Ok(outcome::audit_unavailable("rm_rf"));
         }
@@ -179,8 +178,8 @@ async fn parse<T: serde::de::DeserializeOwned>(
     match T::deserialize(args) {
         Ok(call) => Ok(call),
         Err(error) => {
-            let label = crate::server::request_label(args.as_object().unwrap_or(&Map::new()));
-            let event = Event::tool_call(label, tool, Decision::Deny, Outcome::InvalidArgs, args);
+            let map = args.as_object().cloned().unwrap_or_default();
+            let event = gate.event(tool, &map, Decision::Deny, Outcome::InvalidArgs, "schema");
             if gate.journal().record(event).await.is_err() {
                 return Err(outcome::audit_unavailable(tool));
             }
@@ -197,22 +196,29 @@ impl Toolset for Ledger {
         &self.tools
     }
 
-    fn call<'a>(
-        &'a self,
-        gate: &'a Gate,
-        name: &'a str,
-        arguments: Map<String, Value>,
-    ) -> CallFuture<'a> {
+    fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
+            let Call {
+                gate,
+                name,
+                arguments,
+                rule,
+                ..
+            } = call;
             match name {
-                "write_note" => Self::write_note(gate, arguments).await,
-                "read_ledger" => Self::read_ledger(gate, arguments).await,
-                "rm_rf" => Self::rm_rf(gate, arguments).await,
+                "write_note" => Self::write_note(gate, arguments, rule).await,
+                "read_ledger" => Self::read_ledger(gate, arguments, rule).await,
+                "rm_rf" => Self::rm_rf(gate, arguments, rule).await,
                 other => Err(rmcp::ErrorData::invalid_params(
                     format!("tool denied: {other}"),
                     None,
                 )),
             }
         })
+    }
+
+    /// The ledger commits each note together with its audit record, so it writes its own.
+    fn records_itself(&self, _name: &str) -> bool {
+        true
     }
 }

@@ -19,10 +19,9 @@ fn server() -> (GateServer, TempDir) {
     let dir = tempfile::tempdir().expect("temp dir");
     let (journal, _) = Journal::open(dir.path()).expect("journal");
     let policy = Policy::from_json(SEED_POLICY.as_bytes()).expect("policy");
-    (
-        GateServer::new(Gate::new(policy, journal), Arc::new(Ledger::new())),
-        dir,
-    )
+    let server = GateServer::new(Gate::new(policy, journal), Arc::new(Ledger::new()))
+        .expect("schemas compile");
+    (server, dir)
 }
 
 /// The audit log's records as JSON values.

@@ -1,0 +1,226 @@
+//! `toolgate approvals list | show | approve | deny`: a person decides, from another process, while
+//! the server runs. The rules (first decision wins, no self-approval, expiry is denial) are enforced
+//! by the store's SQL, so two people deciding at once cannot both win.
+//! Exit 0 done, 1 the decision was refused (already decided, expired, self-approval, unknown id),
+//! 2 the store cannot be opened.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::{Value, json};
+use toolgate::server::{now_ms, rfc3339};
+use toolgate_store::approval::{Approval, ApprovalStore, DecideError, Verdict};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The server's data directory (where toolgate.db lives).
+    #[arg(long, value_name = "DIR", global = true, default_value = ".")]
+    data: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, clap::Subcommand)]
+enum Command {
+    /// Pending approvals (with --all, decided ones too): tool, arguments (redacted), requester,
+    /// tier, why it needs approval, dry run, time left.
+    List {
+        #[arg(long)]
+        all: bool,
+    },
+    /// One approval in full.
+    Show { id: String },
+    /// Approve: the call runs once, the next time its caller asks (or at once if it is waiting).
+    Approve {
+        id: String,
+        /// Who decides (default `human:<os user>`). The requester can never decide its own request.
+        #[arg(long = "as", value_name = "IDENTITY")]
+        identity: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Deny: the caller is told not to retry.
+    Deny {
+        id: String,
+        #[arg(long = "as", value_name = "IDENTITY")]
+        identity: Option<String>,
+        #[arg(long)]
+        reason: String,
+    },
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let store = ApprovalStore::open(&args.data)
+        .await
+        .with_context(|| format!("cannot open the approval queue in {}", args.data.display()))?;
+    let now = now_ms();
+    let mut out = std::io::stdout().lock();
+    match args.command {
+        Command::List { all } => {
+            let rows = store
+                .list(all, now)
+                .await
+                .context("cannot list approvals")?;
+            if args.json {
+                let rows: Vec<Value> = rows.iter().map(|r| describe(r, now)).collect();
+                writeln!(out, "{}", Value::Array(rows))?;
+            } else if rows.is_empty() {
+                writeln!(out, "no {}approvals", if all { "" } else { "pending " })?;
+            } else {
+                for row in &rows {
+                    writeln!(out, "{}", summary(row, now))?;
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Show { id } => match store
+            .get(&id, now)
+            .await
+            .context("cannot read the approval")?
+        {
+            Some(row) => {
+                let value = describe(&row, now);
+                if args.json {
+                    writeln!(out, "{value}")?;
+                } else {
+                    writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+                }
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("toolgate: no approval with id {id}");
+                Ok(ExitCode::from(1))
+            }
+        },
+        Command::Approve {
+            id,
+            identity,
+            reason,
+        } => {
+            decide(
+                &store,
+                &id,
+                identity,
+                Verdict::Approve,
+                reason.as_deref(),
+                args.json,
+            )
+            .await
+        }
+        Command::Deny {
+            id,
+            identity,
+            reason,
+        } => {
+            decide(
+                &store,
+                &id,
+                identity,
+                Verdict::Deny,
+                Some(&reason),
+                args.json,
+            )
+            .await
+        }
+    }
+}
+
+async fn decide(
+    store: &ApprovalStore,
+    id: &str,
+    identity: Option<String>,
+    verdict: Verdict,
+    reason: Option<&str>,
+    as_json: bool,
+) -> anyhow::Result<ExitCode> {
+    let identity = identity.unwrap_or_else(default_identity);
+    let mut out = std::io::stdout().lock();
+    match store.decide(id, &identity, verdict, reason, now_ms()).await {
+        Ok(row) => {
+            if as_json {
+                writeln!(out, "{}", describe(&row, now_ms()))?;
+            } else {
+                writeln!(
+                    out,
+                    "{} {} by {identity}: {} ({})",
+                    row.id,
+                    row.status.as_str(),
+                    row.tool,
+                    row.reason
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(DecideError::Store(error)) => Err(error).context("cannot record the decision"),
+        Err(refused) => {
+            if as_json {
+                writeln!(
+                    out,
+                    "{}",
+                    json!({"id": id, "decided": false, "error": refused.to_string()})
+                )?;
+            } else {
+                eprintln!("toolgate: {refused}");
+            }
+            Ok(ExitCode::from(1))
+        }
+    }
+}
+
+/// `human:<os user>`, the identity a person decides as unless they say otherwise.
+fn default_identity() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("LOGNAME"))
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!("human:{user}")
+}
+
+fn time_left(row: &Approval, now: i64) -> String {
+    let left = (row.expires_at - now).max(0) / 1000;
+    format!("{}m{:02}s", left / 60, left % 60)
+}
+
+fn summary(row: &Approval, now: i64) -> String {
+    let would = row
+        .dry_run
+        .get("would")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    format!(
+        "{id}  {status:<8} {tool}  tier {tier}  by {requester}  {left} left\n    args: {args}\n    why: {reason}\n    would: {would}",
+        id = row.id,
+        status = row.status.as_str(),
+        tool = row.tool,
+        tier = row.tier,
+        requester = row.requester,
+        left = time_left(row, now),
+        args = row.args_redacted,
+        reason = row.reason,
+    )
+}
+
+fn describe(row: &Approval, now: i64) -> Value {
+    json!({
+        "id": row.id,
+        "status": row.status.as_str(),
+        "tool": row.tool,
+        "arguments": row.args_redacted,
+        "requester": row.requester,
+        "tier": row.tier,
+        "reason": row.reason,
+        "dry_run": row.dry_run,
+        "created_at": rfc3339(row.created_at),
+        "expires_at": rfc3339(row.expires_at),
+        "seconds_left": ((row.expires_at - now).max(0)) / 1000,
+        "decided_by": row.decided_by,
+        "decided_at": row.decided_at.map(rfc3339),
+        "decision_reason": row.decision_reason,
+        "used": row.used_at.is_some(),
+        "policy_sha256": row.policy_sha256,
+    })
+}

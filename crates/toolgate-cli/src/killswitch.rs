@@ -1,0 +1,81 @@
+//! `toolgate killswitch on | off | status`: block every tool of every server on a data directory,
+//! durably, from another process. A running server reads the switch on each call, so it takes
+//! effect on the next call without a restart; the server audits the refusals it causes.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use serde_json::json;
+use toolgate::server::{now_ms, rfc3339};
+use toolgate_store::state::{KillSwitch, StateStore};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// on, off or status.
+    #[arg(value_enum)]
+    action: Action,
+    /// The server's data directory (where toolgate.db lives).
+    #[arg(long, value_name = "DIR", default_value = ".")]
+    data: PathBuf,
+    /// Who flips it (default `human:<os user>`).
+    #[arg(long = "as", value_name = "IDENTITY")]
+    identity: Option<String>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum Action {
+    On,
+    Off,
+    Status,
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let store = StateStore::open(&args.data)
+        .await
+        .with_context(|| format!("cannot open the state store in {}", args.data.display()))?;
+    let identity = args.identity.unwrap_or_else(|| {
+        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
+        format!("human:{user}")
+    });
+    let switch = match args.action {
+        Action::Status => store.killswitch().await,
+        Action::On => store.set_killswitch(true, &identity, now_ms()).await,
+        Action::Off => store.set_killswitch(false, &identity, now_ms()).await,
+    }
+    .context("cannot reach the kill switch")?;
+    print(&switch, args.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print(switch: &KillSwitch, as_json: bool) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if as_json {
+        let value = json!({
+            "on": switch.on,
+            "changed_by": switch.changed_by,
+            "changed_at": switch.changed_at.map(rfc3339),
+        });
+        writeln!(out, "{value}")?;
+    } else {
+        let state = if switch.on {
+            "ON: every tool is blocked"
+        } else {
+            "off"
+        };
+        let when = switch.changed_at.map(rfc3339).unwrap_or_default();
+        writeln!(
+            out,
+            "kill switch {state}{}",
+            switch
+                .changed_by
+                .as_deref()
+                .map(|b| format!(" (set by {b} at {when})"))
+                .unwrap_or_default()
+        )?;
+    }
+    Ok(())
+}

@@ -1,0 +1,160 @@
+//! `toolgate policy check | explain`: validate a policy, and show how it decides one call.
+//! Exit 0 valid (check) or decided (explain), 2 the policy or the arguments cannot be used.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, anyhow};
+use serde_json::{Map, Value, json};
+use toolgate::toolset;
+use toolgate_core::policy::{Action, Situation};
+use toolgate_core::principal::Principal;
+
+use crate::serve::{check_policy, load_policy, local_principal, open_gates};
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Validate a policy file, and check it against a toolset's tools (schemas, argument names,
+    /// escalation conditions). Prints warnings; exit 0 when it can be served.
+    Check {
+        file: PathBuf,
+        /// The toolset it will be served with.
+        #[arg(long, default_value = "ledger")]
+        toolset: String,
+    },
+    /// Show the decision for one call: tier before and after escalation, the rule that decided,
+    /// and what happens next. Budget and kill switch are taken as fresh (not read from a server).
+    Explain {
+        file: PathBuf,
+        /// Tool name.
+        tool: String,
+        /// Arguments as a JSON object, e.g. '{"order_id":"ord_1001","amount":49}'.
+        args: String,
+        /// The caller (default: the local user, `local:<user>`).
+        #[arg(long = "as", value_name = "PRINCIPAL")]
+        principal: Option<String>,
+        /// The toolset it will be served with.
+        #[arg(long, default_value = "ledger")]
+        toolset: String,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
+    let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
+    let mut out = std::io::stdout().lock();
+    match command {
+        Command::Check { file, toolset } => {
+            let (policy, warnings) = load_checked(&file, &toolset, scratch.path())?;
+            for warning in &warnings {
+                writeln!(out, "warning: {warning}")?;
+            }
+            writeln!(
+                out,
+                "ok: {} (version {}, sha256 {})",
+                file.display(),
+                policy.version(),
+                policy.sha256()
+            )?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Explain {
+            file,
+            tool,
+            args,
+            principal,
+            toolset,
+            json: as_json,
+        } => {
+            let (policy, _) = load_checked(&file, &toolset, scratch.path())?;
+            let arguments: Map<String, Value> = match serde_json::from_str(&args) {
+                Ok(Value::Object(map)) => map,
+                _ => {
+                    return Err(anyhow!(
+                        "ARGS must be a JSON object, e.g. '{{\"amount\": 49}}'"
+                    ));
+                }
+            };
+            let principal = principal.map_or_else(local_principal, Principal::new);
+            let gate_open = open_gates(&policy).contains(&policy.gate_env(&tool));
+            let (report, text) = match policy.admit(&tool, &arguments) {
+                Err(denial) => (
+                    json!({"decision": "deny", "answer": "JSON-RPC error -32602", "rule": denial.rule}),
+                    format!(
+                        "decision: deny (JSON-RPC error -32602 before anything runs)\nrule: {}\n",
+                        denial.rule
+                    ),
+                ),
+                Ok(()) => {
+                    let assessment = policy.assess(&tool, &arguments, &principal);
+                    let verdict = policy.decide(
+                        &tool,
+                        &assessment,
+                        Situation {
+                            gate_open,
+                            ..Situation::default()
+                        },
+                    );
+                    let next = match verdict.action {
+                        Action::Run => "runs".to_owned(),
+                        Action::Deny => "refused with JSON-RPC error -32602".to_owned(),
+                        Action::RefuseWithDryRun => format!(
+                            "refused with a dry run until {} is set",
+                            policy.gate_env(&tool)
+                        ),
+                        Action::NeedsApproval => "waits for a person's approval".to_owned(),
+                    };
+                    let report = json!({
+                        "decision": verdict.action,
+                        "tier_declared": assessment.declared.as_str(),
+                        "tier": verdict.tier.as_str(),
+                        "rule": verdict.rule,
+                        "undecided_conditions": assessment.undecided,
+                        "principal": principal.sub,
+                    });
+                    let mut text = format!(
+                        "decision: {next}\ntier: {} -> {}\nrule: {}\n",
+                        assessment.declared.as_str(),
+                        verdict.tier.as_str(),
+                        verdict.rule
+                    );
+                    for why in &assessment.undecided {
+                        text.push_str(&format!("undecidable (counted as matched): {why}\n"));
+                    }
+                    (report, text)
+                }
+            };
+            if as_json {
+                let mut report = report;
+                report["policy_sha256"] = json!(policy.sha256());
+                report["tool"] = json!(tool);
+                writeln!(out, "{report}")?;
+            } else {
+                write!(out, "{text}")?;
+                writeln!(
+                    out,
+                    "policy: {} (sha256 {})",
+                    file.display(),
+                    policy.sha256()
+                )?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// The policy, checked against the toolset (built in a scratch directory: nothing of a real data
+/// directory is touched).
+fn load_checked(
+    file: &Path,
+    toolset: &str,
+    scratch: &Path,
+) -> anyhow::Result<(toolgate_core::policy::Policy, Vec<String>)> {
+    let policy = load_policy(file)?;
+    let tools = toolset::by_name(toolset, scratch).map_err(|e| anyhow!(e))?;
+    let warnings = check_policy(&policy, tools.as_ref())?;
+    Ok((policy, warnings))
+}

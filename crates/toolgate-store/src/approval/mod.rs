@@ -1,0 +1,487 @@
+//! The approval queue: one durable row per gated call that waits for a person (DESIGN.md §6).
+//!
+//! Owns the `approvals` table of `toolgate.db` and every rule about it: first decision wins, the
+//! requester never decides its own request, expiry is atomic and means denial, an approval is
+//! bound to the call's fingerprint and claimed by exactly one execution, and a retry of a pending
+//! call attaches to its row. It does not decide which calls need approval (policy does) nor how a
+//! caller waits (the gate does).
+//!
+//! Design decision: each rule is the `WHERE` clause (or unique index) of the one statement that
+//! changes the row, judged by the rows it affected, never a read in Rust followed by a write. The
+//! deciders are separate processes with their own connections, so a check in Rust would be stale
+//! by the time its write lands; SQLite serialises writers, so a condition inside the statement is
+//! evaluated against the latest committed row. Reads after a refused write only explain the
+//! refusal, they never decide anything.
+//!
+//! Times are unix milliseconds passed in by the caller, so that expiry is testable and a whole
+//! call uses one clock reading.
+
+mod error;
+
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+use std::path::Path;
+
+use sqlx::Row;
+use sqlx::sqlite::{SqlitePool, SqliteRow};
+
+pub use crate::db::DB_FILE;
+pub use error::{DecideError, StoreError};
+
+/// How many fresh ids `request` tries before giving up; 48 random bits make even a second try
+/// unlikely, but a collision must not look like a store failure.
+const ID_ATTEMPTS: usize = 4;
+
+/// A gated call that needs a person, as the gate asks for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewApproval {
+    /// Binds the approval to one call (tool, arguments, principal); see the gate.
+    pub fingerprint: String,
+    /// Principal that made the call; it may never decide this approval.
+    pub requester: String,
+    pub tool: String,
+    /// Arguments as the policy allows a person to see them.
+    pub args_redacted: serde_json::Value,
+    pub tier: String,
+    /// Why the policy asks for approval.
+    pub reason: String,
+    /// What the call would do, if the tool could say.
+    pub dry_run: serde_json::Value,
+    /// The policy that asked, so a decision can be traced to the rules in force.
+    pub policy_sha256: String,
+    /// Deadline for a decision; at or after it the row is expired (denied).
+    pub expires_at: i64,
+}
+
+/// Where an approval is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pending,
+    Approved,
+    Denied,
+    /// Not decided before `expires_at`: a denial no one typed.
+    Expired,
+}
+
+impl Status {
+    /// The name stored in the database and shown to people.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Pending => "pending",
+            Self::Approved => "approved",
+            Self::Denied => "denied",
+            Self::Expired => "expired",
+        }
+    }
+
+    fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "pending" => Self::Pending,
+            "approved" => Self::Approved,
+            "denied" => Self::Denied,
+            "expired" => Self::Expired,
+            _ => return None,
+        })
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One row of the queue.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Approval {
+    /// `apr_` and 12 random hex digits: short enough to type in a terminal.
+    pub id: String,
+    pub fingerprint: String,
+    pub requester: String,
+    pub tool: String,
+    pub args_redacted: serde_json::Value,
+    pub tier: String,
+    pub reason: String,
+    pub dry_run: serde_json::Value,
+    pub policy_sha256: String,
+    pub status: Status,
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<i64>,
+    pub decision_reason: Option<String>,
+    /// When the one execution this approval allows claimed it.
+    pub used_at: Option<i64>,
+    /// That execution's result, replayed to repeats of the call.
+    pub result: Option<serde_json::Value>,
+}
+
+/// A person's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Approve,
+    Deny,
+}
+
+impl Verdict {
+    fn status(self) -> Status {
+        match self {
+            Self::Approve => Status::Approved,
+            Self::Deny => Status::Denied,
+        }
+    }
+}
+
+/// The approval queue in `dir/toolgate.db`; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ApprovalStore {
+    pool: SqlitePool,
+}
+
+impl ApprovalStore {
+    /// Opens (creating if needed) the database in `dir`.
+    ///
+    /// # Errors
+    /// The directory or database cannot be used, or its schema is newer than this build.
+    pub async fn open(dir: &Path) -> Result<Self, StoreError> {
+        Ok(Self {
+            pool: crate::db::open_pool(dir).await?,
+        })
+    }
+
+    /// Opens a pending row for this call, or attaches to the pending, unexpired row that already
+    /// exists for its fingerprint. Returns the row and whether it was created.
+    ///
+    /// This does not look at decided rows: the gate asks [`Self::latest_for`] first, and only
+    /// requests when there is no approval to use.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn request(
+        &self,
+        new: NewApproval,
+        now: i64,
+    ) -> Result<(Approval, bool), StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("cannot start an approval request"))?;
+        // A due row still marked pending would otherwise be attached to, or block the insert.
+        expire(&mut *tx, now).await?;
+        let mut created = false;
+        for attempt in 1..=ID_ATTEMPTS {
+            // ON CONFLICT names the partial index, so only "a pending row exists" means attach;
+            // an id collision still fails and is retried with new random bits.
+            let inserted = sqlx::query(
+                "INSERT INTO approvals (id, fingerprint, requester, tool, args_redacted, tier,
+                     reason, dry_run, policy_sha256, status, created_at, expires_at)
+                 VALUES ('apr_' || lower(hex(randomblob(6))), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
+                     'pending', ?9, ?10)
+                 ON CONFLICT (fingerprint) WHERE status = 'pending' DO NOTHING",
+            )
+            .bind(&new.fingerprint)
+            .bind(&new.requester)
+            .bind(&new.tool)
+            .bind(new.args_redacted.to_string())
+            .bind(&new.tier)
+            .bind(&new.reason)
+            .bind(new.dry_run.to_string())
+            .bind(&new.policy_sha256)
+            .bind(now)
+            .bind(new.expires_at)
+            .execute(&mut *tx)
+            .await;
+            match inserted {
+                Ok(done) => {
+                    created = done.rows_affected() == 1;
+                    break;
+                }
+                Err(e) if attempt < ID_ATTEMPTS && is_unique_violation(&e) => {}
+                Err(e) => return Err(StoreError::query("cannot insert the approval request")(e)),
+            }
+        }
+        let row =
+            sqlx::query("SELECT * FROM approvals WHERE fingerprint = ?1 AND status = 'pending'")
+                .bind(&new.fingerprint)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot read the approval request"))?;
+        let approval = decode(&row)?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("cannot commit the approval request"))?;
+        Ok((approval, created))
+    }
+
+    /// The row with this id, after expiring due rows.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn get(&self, id: &str, now: i64) -> Result<Option<Approval>, StoreError> {
+        self.expire_due(now).await?;
+        let row = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(StoreError::query("cannot read the approval"))?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Pending rows (and decided ones too if `include_decided`), newest first, after expiring
+    /// due rows.
+    ///
+    /// # Errors
+    /// The database could not answer; never an empty list in its place.
+    pub async fn list(&self, include_decided: bool, now: i64) -> Result<Vec<Approval>, StoreError> {
+        self.expire_due(now).await?;
+        let rows =
+            sqlx::query("SELECT * FROM approvals WHERE ?1 OR status = 'pending' ORDER BY seq DESC")
+                .bind(include_decided)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(StoreError::query("cannot list approvals"))?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// Records `decider`'s verdict. First decision wins; the requester never decides its own
+    /// request; a row at or past `expires_at` cannot be decided, marked expired or not.
+    ///
+    /// # Errors
+    /// Why the decision changed nothing, or that the database could not answer.
+    pub async fn decide(
+        &self,
+        id: &str,
+        decider: &str,
+        verdict: Verdict,
+        reason: Option<&str>,
+        now: i64,
+    ) -> Result<Approval, DecideError> {
+        // IMMEDIATE so that, when the update is refused, the read that explains why sees the
+        // same row the update saw.
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("cannot start a decision"))?;
+        let decided = sqlx::query(
+            "UPDATE approvals
+             SET status = ?1, decided_by = ?2, decided_at = ?3, decision_reason = ?4
+             WHERE id = ?5 AND status = 'pending' AND expires_at > ?3 AND requester <> ?2
+             RETURNING *",
+        )
+        .bind(verdict.status().as_str())
+        .bind(decider)
+        .bind(now)
+        .bind(reason)
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::query("cannot record the decision"))?;
+        if let Some(row) = decided {
+            let approval = decode(&row)?;
+            tx.commit()
+                .await
+                .map_err(StoreError::query("cannot commit the decision"))?;
+            return Ok(approval);
+        }
+
+        let row = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::query("cannot read the approval"))?;
+        // Nothing was written; rolling back now frees the write lock for the other deciders.
+        drop(tx);
+        let Some(row) = row else {
+            return Err(DecideError::NotFound { id: id.to_owned() });
+        };
+        let current = decode(&row)?;
+        Err(match current.status {
+            Status::Approved | Status::Denied => DecideError::AlreadyDecided {
+                id: current.id,
+                status: current.status,
+                by: current.decided_by,
+            },
+            Status::Expired => DecideError::Expired { id: current.id },
+            Status::Pending if current.expires_at <= now => DecideError::Expired { id: current.id },
+            // Pending and unexpired: the only condition of the update left is the requester's.
+            Status::Pending => DecideError::SelfApproval { id: current.id },
+        })
+    }
+
+    /// Marks every pending row whose `expires_at <= now` as expired; returns how many.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn expire_due(&self, now: i64) -> Result<u64, StoreError> {
+        expire(&self.pool, now).await
+    }
+
+    /// The most recently requested row for this fingerprint, any status, after expiring due rows.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn latest_for(
+        &self,
+        fingerprint: &str,
+        now: i64,
+    ) -> Result<Option<Approval>, StoreError> {
+        self.expire_due(now).await?;
+        let row =
+            sqlx::query("SELECT * FROM approvals WHERE fingerprint = ?1 ORDER BY seq DESC LIMIT 1")
+                .bind(fingerprint)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(StoreError::query("cannot read the approval"))?;
+        row.as_ref().map(decode).transpose()
+    }
+
+    /// Claims an approved, unused row for one execution. `true` for exactly one caller ever;
+    /// the caller that gets `false` must not run the call.
+    ///
+    /// `expires_at` is the deadline for the decision, not for its use: a caller told to "call
+    /// again after it is decided" may come back later than that.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn consume(&self, id: &str, now: i64) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE approvals SET used_at = ?2
+             WHERE id = ?1 AND status = 'approved' AND used_at IS NULL",
+        )
+        .bind(id)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot claim the approval"))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Stores the result of the one execution, so that repeats of the call replay it. Storing
+    /// the same result again is a no-op, so a retry after a lost answer is safe.
+    ///
+    /// # Errors
+    /// [`StoreError::NoExecution`] if the row was never claimed or holds a different result;
+    /// otherwise the database could not answer.
+    pub async fn store_result(
+        &self,
+        id: &str,
+        result: &serde_json::Value,
+    ) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE approvals SET result = ?2
+             WHERE id = ?1 AND used_at IS NOT NULL AND (result IS NULL OR result = ?2)",
+        )
+        .bind(id)
+        .bind(result.to_string())
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot store the approved call's result"))?;
+        if done.rows_affected() == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::NoExecution { id: id.to_owned() })
+        }
+    }
+
+    /// Rows decided or expired whose resolution is not yet in the audit log, oldest first
+    /// (after expiring due rows).
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn unaudited_resolutions(&self, now: i64) -> Result<Vec<Approval>, StoreError> {
+        self.expire_due(now).await?;
+        let rows = sqlx::query(
+            "SELECT * FROM approvals WHERE status <> 'pending' AND resolution_audited = 0 ORDER BY seq",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot read approval resolutions"))?;
+        rows.iter().map(decode).collect()
+    }
+
+    /// Marks a row's resolution as recorded in the audit log.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn mark_resolution_audited(&self, id: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE approvals SET resolution_audited = 1 WHERE id = ?1 AND status <> 'pending'",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot mark the resolution audited"))?;
+        Ok(())
+    }
+}
+
+async fn expire<'e, E>(executor: E, now: i64) -> Result<u64, StoreError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
+{
+    let done = sqlx::query(
+        "UPDATE approvals SET status = 'expired' WHERE status = 'pending' AND expires_at <= ?1",
+    )
+    .bind(now)
+    .execute(executor)
+    .await
+    .map_err(StoreError::query("cannot expire due approvals"))?;
+    Ok(done.rows_affected())
+}
+
+fn is_unique_violation(error: &sqlx::Error) -> bool {
+    error
+        .as_database_error()
+        .is_some_and(sqlx::error::DatabaseError::is_unique_violation)
+}
+
+fn decode(row: &SqliteRow) -> Result<Approval, StoreError> {
+    let id: String = get(row, "id")?;
+    let json = |column: &'static str, text: String| {
+        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+            id: id.clone(),
+            column,
+            reason: e.to_string(),
+        })
+    };
+    let status: String = get(row, "status")?;
+    let status = Status::parse(&status).ok_or_else(|| StoreError::Corrupt {
+        id: id.clone(),
+        column: "status",
+        reason: format!("unknown status {status:?}"),
+    })?;
+    let result: Option<String> = get(row, "result")?;
+    Ok(Approval {
+        fingerprint: get(row, "fingerprint")?,
+        requester: get(row, "requester")?,
+        tool: get(row, "tool")?,
+        args_redacted: json("args_redacted", get(row, "args_redacted")?)?,
+        tier: get(row, "tier")?,
+        reason: get(row, "reason")?,
+        dry_run: json("dry_run", get(row, "dry_run")?)?,
+        policy_sha256: get(row, "policy_sha256")?,
+        status,
+        created_at: get(row, "created_at")?,
+        expires_at: get(row, "expires_at")?,
+        decided_by: get(row, "decided_by")?,
+        decided_at: get(row, "decided_at")?,
+        decision_reason: get(row, "decision_reason")?,
+        used_at: get(row, "used_at")?,
+        result: result.map(|text| json("result", text)).transpose()?,
+        id,
+    })
+}
+
+fn get<'r, T>(row: &'r SqliteRow, column: &'static str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
+{
+    row.try_get(column)
+        .map_err(StoreError::query("cannot read an approval row"))
+}

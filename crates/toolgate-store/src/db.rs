@@ -1,0 +1,167 @@
+//! The SQLite database shared by the approval queue, the kill switch and the medium budget.
+//!
+//! Owns the file (`toolgate.db` in the data directory), its connection settings and its schema.
+//! It must not hold any rule of its own: the rules live in the statements of [`crate::approval`]
+//! and [`crate::state`], which is why every table here is shaped so that one conditional
+//! statement can enforce one rule (DESIGN.md §6).
+//!
+//! Several processes open this file at once (the server, and `toolgate approvals approve` in a
+//! person's terminal), so nothing here may assume it is alone: WAL lets readers run beside the one
+//! writer, `synchronous=FULL` makes every acknowledged decision survive a power cut, and the schema
+//! is created under `BEGIN IMMEDIATE` with a `user_version` check so that two first opens cannot
+//! both create it, and an older binary refuses a newer file instead of misreading it.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
+
+use crate::approval::StoreError;
+
+/// File name of the database inside the data directory.
+pub const DB_FILE: &str = "toolgate.db";
+
+/// How long a statement waits for another process's write lock before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Version written to `PRAGMA user_version` by [`SCHEMA_V1`].
+const SCHEMA_VERSION: i64 = 1;
+
+/// `seq` is the insertion order: "newest" means last inserted, not the largest `created_at`,
+/// because `created_at` comes from the clocks of several processes.
+///
+/// The partial unique index is the "one pending row per call" rule: a retry of a pending call
+/// cannot open a second row, whatever the callers do. JSON columns hold serde_json text.
+const SCHEMA_V1: &str = "
+CREATE TABLE approvals (
+    seq             INTEGER PRIMARY KEY,
+    id              TEXT    NOT NULL UNIQUE,
+    fingerprint     TEXT    NOT NULL,
+    requester       TEXT    NOT NULL,
+    tool            TEXT    NOT NULL,
+    args_redacted   TEXT    NOT NULL,
+    tier            TEXT    NOT NULL,
+    reason          TEXT    NOT NULL,
+    dry_run         TEXT    NOT NULL,
+    policy_sha256   TEXT    NOT NULL,
+    status          TEXT    NOT NULL
+                    CHECK (status IN ('pending', 'approved', 'denied', 'expired')),
+    created_at      INTEGER NOT NULL,
+    expires_at      INTEGER NOT NULL,
+    decided_by      TEXT,
+    decided_at      INTEGER,
+    decision_reason TEXT,
+    used_at         INTEGER CHECK (used_at IS NULL OR status = 'approved'),
+    result          TEXT    CHECK (result IS NULL OR used_at IS NOT NULL),
+    -- Set once the serving process has written this row's resolution to its audit log.
+    resolution_audited INTEGER NOT NULL DEFAULT 0
+);
+CREATE UNIQUE INDEX approvals_one_pending ON approvals (fingerprint) WHERE status = 'pending';
+CREATE INDEX approvals_by_fingerprint ON approvals (fingerprint, seq);
+CREATE INDEX approvals_pending_expiry ON approvals (expires_at) WHERE status = 'pending';
+CREATE INDEX approvals_unaudited ON approvals (seq) WHERE status <> 'pending' AND resolution_audited = 0;
+
+CREATE TABLE killswitch (
+    id         INTEGER PRIMARY KEY CHECK (id = 1),
+    engaged    INTEGER NOT NULL CHECK (engaged IN (0, 1)),
+    changed_by TEXT,
+    changed_at INTEGER
+);
+INSERT INTO killswitch (id, engaged) VALUES (1, 0);
+
+CREATE TABLE budget_charges (
+    principal TEXT    NOT NULL,
+    at        INTEGER NOT NULL
+);
+CREATE INDEX budget_by_principal ON budget_charges (principal, at);
+
+PRAGMA user_version = 1;
+";
+
+/// Opens (creating if needed) `dir/toolgate.db` with its schema.
+pub(crate) async fn open_pool(dir: &Path) -> Result<SqlitePool, StoreError> {
+    // Blocking, but once per process at start, before any call is served.
+    std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let path = dir.join(DB_FILE);
+    let options = SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Full)
+        .foreign_keys(true)
+        .busy_timeout(BUSY_TIMEOUT);
+
+    // Switching a new file to WAL takes an exclusive lock that SQLite does not wait for (the busy
+    // timeout does not apply), so two processes opening a fresh file together can see "database
+    // is locked" once. Retry for as long as a statement would have waited.
+    let deadline = Instant::now() + BUSY_TIMEOUT;
+    loop {
+        match connect_and_migrate(&options).await {
+            Err(Attempt::Busy(source)) if Instant::now() < deadline => {
+                tracing::debug!(error = %source, "database busy while opening; retrying");
+                // tokio's `time` feature comes with sqlx's `runtime-tokio`.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(Attempt::Busy(source) | Attempt::Failed(source)) => {
+                return Err(StoreError::Open { path, source });
+            }
+            Err(Attempt::TooNew(found)) => {
+                return Err(StoreError::SchemaTooNew {
+                    path,
+                    found,
+                    supported: SCHEMA_VERSION,
+                });
+            }
+            Ok(pool) => return Ok(pool),
+        }
+    }
+}
+
+enum Attempt {
+    Busy(sqlx::Error),
+    Failed(sqlx::Error),
+    TooNew(i64),
+}
+
+impl From<sqlx::Error> for Attempt {
+    fn from(error: sqlx::Error) -> Self {
+        if is_busy(&error) {
+            Self::Busy(error)
+        } else {
+            Self::Failed(error)
+        }
+    }
+}
+
+async fn connect_and_migrate(options: &SqliteConnectOptions) -> Result<SqlitePool, Attempt> {
+    let pool = SqlitePool::connect_with(options.clone()).await?;
+    // IMMEDIATE takes the write lock before reading the version, so of two first opens one
+    // creates the schema and the other then sees version 1.
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    let (version,): (i64,) = sqlx::query_as("PRAGMA user_version")
+        .fetch_one(&mut *tx)
+        .await?;
+    match version {
+        0 => {
+            sqlx::raw_sql(SCHEMA_V1).execute(&mut *tx).await?;
+            tx.commit().await?;
+        }
+        SCHEMA_VERSION => tx.rollback().await?,
+        newer => return Err(Attempt::TooNew(newer)),
+    }
+    Ok(pool)
+}
+
+/// `SQLITE_BUSY` or `SQLITE_LOCKED`, any extended code.
+fn is_busy(error: &sqlx::Error) -> bool {
+    const SQLITE_BUSY: i32 = 5;
+    const SQLITE_LOCKED: i32 = 6;
+    error
+        .as_database_error()
+        .and_then(|e| e.code())
+        .and_then(|code| code.parse::<i32>().ok())
+        .is_some_and(|code| matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
+}

@@ -1,0 +1,65 @@
+//! Audit records for approvals decided elsewhere.
+//!
+//! A person decides in another process (`toolgate approvals approve`), which cannot write to the
+//! audit log: the server holds its lock. So the server notices decisions and expiries itself and
+//! records each once, as `approval / approved | denied | expired` with the approver and reason; the
+//! store marks a row when its record is durable, so a restart neither loses nor repeats one.
+
+use std::time::Duration;
+
+use serde_json::Value;
+use toolgate_core::audit::{Decision, Event, Outcome};
+use toolgate_store::approval::Status;
+
+use super::{Gate, now_ms};
+
+/// How often decided approvals are looked for.
+const EVERY: Duration = Duration::from_millis(500);
+
+/// Runs until the task is dropped; records every resolved approval once.
+pub async fn audit_resolutions(gate: Gate) {
+    let Some(store) = gate.approvals().cloned() else {
+        return;
+    };
+    loop {
+        match store.unaudited_resolutions(now_ms()).await {
+            Ok(rows) => {
+                for row in rows {
+                    let outcome = match row.status {
+                        Status::Approved => Outcome::Approved,
+                        Status::Denied => Outcome::Denied,
+                        Status::Expired => Outcome::Expired,
+                        Status::Pending => continue,
+                    };
+                    let event = Event {
+                        request_id: row.id.clone(),
+                        method: "approvals/resolve".to_owned(),
+                        name: row.tool.clone(),
+                        decision: Decision::Approval,
+                        outcome,
+                        args_digest: toolgate_core::canonical::digest(&row.args_redacted),
+                        detail: Default::default(),
+                    }
+                    .with("approval_id", row.id.as_str())
+                    .with(
+                        "approver",
+                        row.decided_by.clone().map_or(Value::Null, Value::from),
+                    )
+                    .with(
+                        "reason",
+                        row.decision_reason.clone().map_or(Value::Null, Value::from),
+                    )
+                    .with("requester", row.requester.as_str())
+                    .with("policy_sha256", row.policy_sha256.as_str());
+                    if gate.record(event).await
+                        && let Err(error) = store.mark_resolution_audited(&row.id).await
+                    {
+                        tracing::error!(error = %error, approval = %row.id, "resolution audited but not marked; it may be recorded twice");
+                    }
+                }
+            }
+            Err(error) => tracing::error!(error = %error, "cannot read approval resolutions"),
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
