@@ -138,7 +138,7 @@ async fn decide(
     reason: Option<&str>,
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let identity = identity.unwrap_or_else(default_identity);
+    let identity = identity.unwrap_or_else(crate::identity::human);
     let mut out = std::io::stdout().lock();
     match store.decide(id, &identity, verdict, reason, now_ms()).await {
         Ok(row) => {
@@ -170,14 +170,6 @@ async fn decide(
             Ok(ExitCode::from(1))
         }
     }
-}
-
-/// `human:<os user>`, the identity a person decides as unless they say otherwise.
-fn default_identity() -> String {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    format!("human:{user}")
 }
 
 fn time_left(row: &Approval, now: i64) -> String {

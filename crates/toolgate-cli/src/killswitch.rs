@@ -37,10 +37,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = StateStore::open(&args.data)
         .await
         .with_context(|| format!("cannot open the state store in {}", args.data.display()))?;
-    let identity = args.identity.unwrap_or_else(|| {
-        let user = std::env::var("USER").unwrap_or_else(|_| "unknown".to_owned());
-        format!("human:{user}")
-    });
+    let identity = args.identity.unwrap_or_else(crate::identity::human);
     let switch = match args.action {
         Action::Status => store.killswitch().await,
         Action::On => store.set_killswitch(true, &identity, now_ms()).await,

@@ -7,6 +7,7 @@
 mod approvals;
 mod audit;
 mod demo;
+mod identity;
 mod killswitch;
 mod logging;
 mod policy;

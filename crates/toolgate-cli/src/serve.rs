@@ -76,10 +76,7 @@ pub(crate) fn open_gates(policy: &Policy) -> BTreeSet<String> {
 
 /// Who calls on stdio: the local user this process runs as.
 pub(crate) fn local_principal() -> Principal {
-    let user = std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| "unknown".to_owned());
-    Principal::new(format!("local:{user}"))
+    Principal::new(format!("local:{}", crate::identity::os_user()))
 }
 
 fn redactor(files: &[PathBuf]) -> anyhow::Result<Redactor> {
