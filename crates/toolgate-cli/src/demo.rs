@@ -1,4 +1,6 @@
-//! `toolgate demo`: seed 000's scenario, end to end, against a real `toolgate serve` child process.
+//! `toolgate demo`: the seeds' scenarios, end to end, against real `toolgate serve` child processes:
+//! seed 000's ledger, seed 003's orders (tiers, an approval by a second process, an expiry, a
+//! blocked tool) and seed 004's gated notes.
 //!
 //! Nothing to set up: a temporary data directory, the seed's policy, and this very binary as the
 //! server. The harness, not a model, decides at the end: execute, verify by observation, then
@@ -17,6 +19,10 @@ use rmcp::transport::TokioChildProcess;
 use serde_json::{Value, json};
 use toolgate_core::audit;
 use toolgate_core::policy::SEED_POLICY;
+
+/// The demo policies, shipped in `policies/`.
+const ORDERS_POLICY: &str = include_str!("../../../policies/orders.toml");
+const NOTES_POLICY: &str = include_str!("../../../policies/notes.toml");
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -93,14 +99,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .and_then(|f| audit::verify(std::io::BufReader::new(f), None))
         .context("cannot read the demo's audit log")?;
     let mut steps = steps;
-    steps.push(Step {
-        name: "audit verify",
-        ok: report.intact(),
-        detail: match &report.broken {
-            None => format!("intact, {} records, head {}", report.records, report.head),
-            Some(b) => format!("broken at line {}: {}", b.line, b.reason),
-        },
-    });
+    steps.push(verify_step("audit verify", &report));
+    steps.extend(orders_scenario(&root).await?);
+    steps.extend(notes_scenario(&root).await?);
     let ok = steps.iter().all(|s| s.ok);
     let kept = args.keep.then(|| dir.keep());
     print(&steps, ok, &report, kept.as_deref(), args.json)?;
@@ -112,26 +113,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn scenario(policy: &Path, data: &Path, target: &Path) -> anyhow::Result<Vec<Step>> {
-    let exe = std::env::current_exe().context("cannot find the toolgate binary")?;
-    let mut command = tokio::process::Command::new(exe);
-    command
-        .arg("serve")
-        .arg("--policy")
-        .arg(policy)
-        .arg("--data")
-        .arg(data);
-    let (transport, _) = TokioChildProcess::builder(command)
-        .stderr(Stdio::null())
-        .spawn()
-        .context("cannot start `toolgate serve`")?;
-    let lifecycle = ClientLifecycleMode::Auto {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-        legacy_version: Some(ProtocolVersion::V_2025_11_25),
-    };
-    let client: Client =
-        ().serve_with_lifecycle(transport, lifecycle)
-            .await
-            .context("cannot connect to `toolgate serve`")?;
+    let client = connect(
+        &[
+            "--policy".as_ref(),
+            policy.as_os_str(),
+            "--data".as_ref(),
+            data.as_os_str(),
+        ],
+        &[],
+    )
+    .await?;
     let mut steps = Vec::new();
     let server = client.peer().peer_info();
     let (name, version) = server
@@ -253,7 +244,7 @@ fn print(
     }
     writeln!(
         out,
-        "toolgate demo: seed 000 scenario against a real `toolgate serve` child\n"
+        "toolgate demo: the seed scenarios (000 ledger, 003 orders, 004 notes) against real `toolgate serve` children\n"
     )?;
     for step in steps {
         writeln!(
@@ -278,4 +269,256 @@ fn print(
         }
     )?;
     Ok(())
+}
+
+/// Starts `toolgate serve ARGS` (with extra environment) as a child and connects an rmcp client.
+async fn connect(args: &[&std::ffi::OsStr], envs: &[(&str, &str)]) -> anyhow::Result<Client> {
+    let exe = std::env::current_exe().context("cannot find the toolgate binary")?;
+    let mut command = tokio::process::Command::new(exe);
+    command.arg("serve").args(args);
+    for (key, value) in envs {
+        command.env(key, value);
+    }
+    let (transport, _) = TokioChildProcess::builder(command)
+        .stderr(Stdio::null())
+        .spawn()
+        .context("cannot start `toolgate serve`")?;
+    let lifecycle = ClientLifecycleMode::Auto {
+        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        legacy_version: Some(ProtocolVersion::V_2025_11_25),
+    };
+    ().serve_with_lifecycle(transport, lifecycle)
+        .await
+        .context("cannot connect to `toolgate serve`")
+}
+
+fn verify_step(name: &'static str, report: &audit::Report) -> Step {
+    Step {
+        name,
+        ok: report.intact(),
+        detail: match &report.broken {
+            None => format!("intact, {} records, head {}", report.records, report.head),
+            Some(b) => format!("broken at line {}: {}", b.line, b.reason),
+        },
+    }
+}
+
+fn verify_dir(data: &Path) -> anyhow::Result<audit::Report> {
+    std::fs::File::open(data.join("audit.jsonl"))
+        .map_err(audit::VerifyError::from)
+        .and_then(|f| audit::verify(std::io::BufReader::new(f), None))
+        .with_context(|| format!("cannot read the audit log in {}", data.display()))
+}
+
+/// The `status` of a tool result's structured content.
+fn status(result: &rmcp::model::CallToolResult) -> String {
+    result
+        .structured_content
+        .as_ref()
+        .and_then(|v| v["status"].as_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// Seed 003: a small refund runs; a large one waits and is approved by a second process; one nobody
+/// answers expires and is denied; delete_customer is refused every time.
+async fn orders_scenario(root: &Path) -> anyhow::Result<Vec<Step>> {
+    let policy = root.join("orders.toml");
+    let data = root.join("orders-data");
+    std::fs::write(&policy, ORDERS_POLICY).context("cannot write the orders policy")?;
+    let client = connect(
+        &[
+            "--toolset".as_ref(),
+            "orders".as_ref(),
+            "--policy".as_ref(),
+            policy.as_os_str(),
+            "--data".as_ref(),
+            data.as_os_str(),
+        ],
+        &[],
+    )
+    .await?;
+    let mut steps = Vec::new();
+
+    let small = call(
+        &client,
+        "refund",
+        json!({"order_id": "ord_1001", "amount": 10}),
+    )
+    .await
+    .context("refund failed")?;
+    steps.push(Step {
+        name: "small refund",
+        ok: status(&small) == "refunded",
+        detail: format!(
+            "refund 10.00 (medium tier, within budget) → {}",
+            status(&small)
+        ),
+    });
+
+    let approver = tokio::spawn(approve_when_pending(data.clone()));
+    let started = std::time::Instant::now();
+    let large = call(
+        &client,
+        "refund",
+        json!({"order_id": "ord_1003", "amount": 49}),
+    )
+    .await
+    .context("refund failed")?;
+    let approved_by = approver.await.context("approver task failed")??;
+    steps.push(Step {
+        name: "large refund",
+        ok: status(&large) == "refunded",
+        detail: format!(
+            "refund 49.00 escalated to high, held open, approved by {approved_by} from another process after {:.1} s → {}",
+            started.elapsed().as_secs_f64(),
+            status(&large)
+        ),
+    });
+
+    let started = std::time::Instant::now();
+    let unanswered = call(
+        &client,
+        "refund",
+        json!({"order_id": "ord_1003", "amount": 30}),
+    )
+    .await
+    .context("refund failed")?;
+    steps.push(Step {
+        name: "unanswered refund",
+        ok: status(&unanswered) == "expired" && unanswered.is_error == Some(true),
+        detail: format!(
+            "nobody decided; after {:.1} s → {} (\"Do not retry this action\")",
+            started.elapsed().as_secs_f64(),
+            status(&unanswered)
+        ),
+    });
+
+    let mut codes = Vec::new();
+    for _ in 0..2 {
+        let refused = call(
+            &client,
+            "delete_customer",
+            json!({"customer_id": "cus_201"}),
+        )
+        .await;
+        codes.push(match refused {
+            Err(ServiceError::McpError(error)) => error.code.0,
+            _ => 0,
+        });
+    }
+    steps.push(Step {
+        name: "delete_customer",
+        ok: codes.iter().all(|c| *c == -32602),
+        detail: format!("blocked: refused each time with {codes:?}"),
+    });
+    client
+        .cancel()
+        .await
+        .context("cannot stop `toolgate serve`")?;
+    steps.push(verify_step("orders audit verify", &verify_dir(&data)?));
+    Ok(steps)
+}
+
+/// Plays the person: waits for the pending approval, then approves it with the real CLI, as a
+/// second process, about a second later.
+async fn approve_when_pending(data: PathBuf) -> anyhow::Result<String> {
+    let exe = std::env::current_exe().context("cannot find the toolgate binary")?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let listed = tokio::process::Command::new(&exe)
+            .arg("approvals")
+            .arg("--data")
+            .arg(&data)
+            .args(["list", "--json"])
+            .output()
+            .await?;
+        let rows: Value = serde_json::from_slice(&listed.stdout).unwrap_or(Value::Null);
+        let Some(id) = rows.get(0).and_then(|r| r["id"].as_str()) else {
+            continue;
+        };
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let who = "human:demo-approver";
+        let decided = tokio::process::Command::new(&exe)
+            .arg("approvals")
+            .arg("--data")
+            .arg(&data)
+            .args([
+                "approve",
+                id,
+                "--as",
+                who,
+                "--reason",
+                "checked with the customer",
+            ])
+            .output()
+            .await?;
+        anyhow::ensure!(
+            decided.status.success(),
+            "approve failed: {}",
+            String::from_utf8_lossy(&decided.stderr)
+        );
+        return Ok(who.to_owned());
+    }
+    anyhow::bail!("no approval request appeared")
+}
+
+/// Seed 004: delete_note is gated; refused with a dry run that leaves the note untouched, then run
+/// once the server is restarted with NOTES_ALLOW_GATED set.
+async fn notes_scenario(root: &Path) -> anyhow::Result<Vec<Step>> {
+    let policy = root.join("notes.toml");
+    let data = root.join("notes-data");
+    std::fs::write(&policy, NOTES_POLICY).context("cannot write the notes policy")?;
+    let args = [
+        "--toolset".as_ref(),
+        "notes".as_ref(),
+        "--policy".as_ref(),
+        policy.as_os_str(),
+        "--data".as_ref(),
+        data.as_os_str(),
+    ];
+    let note = data.join("notes").join("groceries.md");
+    let mut steps = Vec::new();
+
+    let client = connect(&args, &[("NOTES_ALLOW_GATED", "")]).await?;
+    let before = observe(&note);
+    let refused = call(&client, "delete_note", json!({"name": "groceries"}))
+        .await
+        .context("delete_note failed")?;
+    let after = observe(&note);
+    let would = refused
+        .structured_content
+        .as_ref()
+        .and_then(|v| v["dry_run"]["would"].as_str())
+        .unwrap_or("?")
+        .to_owned();
+    steps.push(Step {
+        name: "gated delete_note",
+        ok: status(&refused) == "refused" && before == after && after.exists,
+        detail: format!("refused, switch off; dry run: {would}; note untouched"),
+    });
+    client
+        .cancel()
+        .await
+        .context("cannot stop `toolgate serve`")?;
+
+    let client = connect(&args, &[("NOTES_ALLOW_GATED", "1")]).await?;
+    let deleted = call(&client, "delete_note", json!({"name": "groceries"}))
+        .await
+        .context("delete_note failed")?;
+    steps.push(Step {
+        name: "switch on",
+        ok: deleted.is_error != Some(true) && !observe(&note).exists,
+        detail: format!(
+            "NOTES_ALLOW_GATED=1: delete_note ran → note exists: {}",
+            observe(&note).exists
+        ),
+    });
+    client
+        .cancel()
+        .await
+        .context("cannot stop `toolgate serve`")?;
+    steps.push(verify_step("notes audit verify", &verify_dir(&data)?));
+    Ok(steps)
 }

@@ -213,7 +213,15 @@ fn the_demo_runs_the_seed_scenario_and_every_check_holds() {
             "write_note",
             "write_note again",
             "read_ledger verify",
-            "audit verify"
+            "audit verify",
+            "small refund",
+            "large refund",
+            "unanswered refund",
+            "delete_customer",
+            "orders audit verify",
+            "gated delete_note",
+            "switch on",
+            "notes audit verify"
         ]
     );
     assert_eq!(report["audit"]["intact"], true);
