@@ -22,6 +22,7 @@
 mod tests;
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::sync::{Arc, LazyLock};
@@ -51,7 +52,8 @@ const MIN_RANDOM_LEN: usize = 32;
 const MIN_BASE64_ENTROPY: f64 = 4.0;
 
 /// Bits per character a hex run needs (16 symbols, at most 4 bits). 32 random hex characters
-/// average 3.6 bits; repeated or counting patterns (`deadbeef…`, `0123…`) fall below 3.0.
+/// average 3.6 bits and stay above 3.0 in over 99.99% of draws; repeated patterns
+/// (`deadbeefdeadbeef…`) fall below it.
 const MIN_HEX_ENTROPY: f64 = 3.0;
 
 /// Hex lengths that are digests: SHA-1 (git commits) and SHA-256 (the audit chain, argument
@@ -307,15 +309,28 @@ static SHAPES: LazyLock<Vec<Regex>> = LazyLock::new(|| {
 
 static DEFAULT: LazyLock<Redactor> = LazyLock::new(|| Redactor::build(Vec::new(), true));
 
+/// Registered values are looked for by their first this-many bytes, and a hit is then extended
+/// as far as the text agrees with the value. Tokens (nearly all shorter) are matched whole by the
+/// alternation; a PEM key or a JSON credentials file kilobytes long would otherwise become a
+/// pattern so large that the regex engine leaves its DFA and every line costs milliseconds.
+const PREFIX_LEN: usize = 64;
+
+/// Registered values grouped by their prefix (usually one value per prefix).
+type ByPrefix = BTreeMap<String, Vec<String>>;
+
 /// How registered secrets are found.
 #[derive(Clone)]
 enum Registered {
     None,
-    /// One escaped alternation, longest value first; it is also the prefilter's last pattern.
-    Combined(Regex),
-    /// Values too large to compile as one pattern (a misconfigured multi-megabyte "secret" file):
-    /// searched one by one. Slower, still exact, and never a reason to drop a secret.
-    Each(Arc<[String]>),
+    /// One escaped alternation of the prefixes, longest first; it is also the prefilter's last
+    /// pattern.
+    Combined {
+        prefixes: Regex,
+        values: Arc<ByPrefix>,
+    },
+    /// Too many values to compile as one pattern: each prefix is searched for in turn. Slower,
+    /// still exact, and never a reason to drop a secret.
+    Each(Arc<ByPrefix>),
 }
 
 /// Replaces registered secrets and secret-shaped substrings with [`REDACTED`].
@@ -362,9 +377,7 @@ impl Redactor {
         if values.is_empty() {
             return Self::default();
         }
-        // Longest first: where two values start at the same place, the alternation takes the
-        // first that matches, and the longer one covers more.
-        values.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        values.sort_unstable();
         values.dedup();
         Self::build(values, true)
     }
@@ -372,18 +385,39 @@ impl Redactor {
     /// `combine: false` skips the single-pattern attempt; tests use it to exercise the fallback.
     fn build(values: Vec<String>, combine: bool) -> Self {
         let count = values.len();
-        let mut patterns: Vec<&str> = Shape::ALL.iter().map(|s| s.pattern()).collect();
-        let literal = values
+        let mut by_prefix = ByPrefix::new();
+        for value in values {
+            let mut end = PREFIX_LEN.min(value.len());
+            while !value.is_char_boundary(end) {
+                end -= 1;
+            }
+            by_prefix
+                .entry(value[..end].to_owned())
+                .or_default()
+                .push(value);
+        }
+        // Longest first: where two prefixes start at the same place, the alternation takes the
+        // first that matches, and the longer one covers more.
+        let mut prefixes: Vec<&String> = by_prefix.keys().collect();
+        prefixes.sort_by_key(|p| std::cmp::Reverse(p.len()));
+        let literal = prefixes
             .iter()
-            .map(|v| regex::escape(v))
+            .map(|p| regex::escape(p))
             .collect::<Vec<_>>()
             .join("|");
-        if combine && !values.is_empty() {
+        let by_prefix = Arc::new(by_prefix);
+
+        let mut patterns: Vec<&str> = Shape::ALL.iter().map(|s| s.pattern()).collect();
+        if combine && count > 0 {
             patterns.push(&literal);
-            if let (Ok(re), Ok(prefilter)) = (Regex::new(&literal), RegexSet::new(&patterns)) {
+            if let (Ok(prefixes), Ok(prefilter)) = (Regex::new(&literal), RegexSet::new(&patterns))
+            {
                 return Self {
                     prefilter,
-                    registered: Registered::Combined(re),
+                    registered: Registered::Combined {
+                        prefixes,
+                        values: by_prefix,
+                    },
                     count,
                 };
             }
@@ -391,10 +425,10 @@ impl Redactor {
         }
         Self {
             prefilter: RegexSet::new(&patterns).expect("built-in redaction patterns compile"),
-            registered: if values.is_empty() {
+            registered: if count == 0 {
                 Registered::None
             } else {
-                Registered::Each(values.into())
+                Registered::Each(by_prefix)
             },
             count,
         }
@@ -453,29 +487,69 @@ impl Redactor {
     }
 
     fn registered_spans(&self, text: &str, out: &mut Vec<Range<usize>>) {
-        // Overlapping occurrences are all wanted (values `abcdef` and `cdefgh` in `abcdefgh`), so
-        // each search restarts one character after the previous match's start, not at its end.
         match &self.registered {
             Registered::None => {}
-            Registered::Combined(re) => {
-                let mut at = 0;
-                while let Some(m) = re.find_at(text, at) {
-                    out.push(m.range());
-                    at = next_char(text, m.start());
-                }
-            }
+            Registered::Combined { prefixes, values } => scan(text, values, out, |at| {
+                prefixes.find_at(text, at).map(|m| (m.start(), m.as_str()))
+            }),
             Registered::Each(values) => {
-                for value in values.iter() {
-                    let mut at = 0;
-                    while let Some(i) = text[at..].find(value.as_str()) {
-                        let start = at + i;
-                        out.push(start..start + value.len());
-                        at = next_char(text, start);
-                    }
+                for prefix in values.keys() {
+                    scan(text, values, out, |at| {
+                        text[at..]
+                            .find(prefix.as_str())
+                            .map(|i| (at + i, prefix.as_str()))
+                    });
                 }
             }
         }
     }
+}
+
+/// Records every occurrence that `find(from)` reports (start and prefix), each extended by
+/// [`agreement`].
+fn scan<'p>(
+    text: &str,
+    values: &ByPrefix,
+    out: &mut Vec<Range<usize>>,
+    mut find: impl FnMut(usize) -> Option<(usize, &'p str)>,
+) {
+    let mut at = 0;
+    while let Some((start, prefix)) = find(at) {
+        let len = values
+            .get(prefix)
+            .map_or(prefix.len(), |v| agreement(&text[start..], v));
+        out.push(start..start + len);
+        // Overlapping occurrences are all wanted (values `abcdef` and `cdefgh` in `abcdefgh`), so
+        // the next search starts one character after this hit, not at its end. Inside a long
+        // value's occurrence that would compare the same kilobytes again from every place its
+        // prefix recurs (quadratic for a periodic value), so the search skips to the last prefix
+        // length of the span; a hit before that could only reach further by agreeing with a
+        // value for more than a prefix across this one, which independent secrets do not.
+        let tail = text.floor_char_boundary((start + len).saturating_sub(PREFIX_LEN));
+        at = next_char(text, start).max(tail);
+    }
+}
+
+/// How many bytes at the start of `rest` agree with the registered value that agrees longest.
+///
+/// A whole occurrence gives the value's length. A hit on the prefix of a long value that the text
+/// then leaves (a key cut off by a truncated message) still covers what agrees: that part is the
+/// secret, and failing closed costs a few characters of log.
+fn agreement(rest: &str, values: &[String]) -> usize {
+    let longest = values
+        .iter()
+        .map(|v| {
+            rest.bytes()
+                .zip(v.bytes())
+                .take_while(|(a, b)| a == b)
+                .count()
+        })
+        .max()
+        .unwrap_or(0);
+    (0..=longest)
+        .rev()
+        .find(|&i| rest.is_char_boundary(i))
+        .unwrap_or(0)
 }
 
 /// The byte index of the character after the one at `i`.

@@ -404,6 +404,43 @@ fn registered_secrets_fall_back_to_one_search_each_with_the_same_result() {
     }
 }
 
+/// A key file: kilobytes long, several lines, non-ASCII at the prefix cut.
+fn long_secret() -> String {
+    let mut value = String::from("ключ-🔑-");
+    while value.len() < 4096 {
+        value.push_str("q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1uNi4OxTl6WzA\n");
+    }
+    value
+}
+
+#[test]
+fn long_secrets_are_redacted_whole_and_when_cut_off() {
+    let value = long_secret();
+    for combine in [true, false] {
+        let r = Redactor::build(vec![value.clone()], combine);
+        assert_eq!(
+            r.redact(&format!("error: {value} (end)")),
+            "error: [REDACTED] (end)"
+        );
+        // A message truncated inside the value still hides all of it that is there.
+        let cut = &value[..value.char_indices().nth(300).unwrap().0];
+        assert_eq!(
+            r.redact(&format!("error: {cut}… (truncated)")),
+            "error: [REDACTED]… (truncated)"
+        );
+        // Text that leaves the value right after its prefix: the agreeing part is secret material.
+        let prefix_end = (0..=PREFIX_LEN)
+            .rev()
+            .find(|&i| value.is_char_boundary(i))
+            .unwrap();
+        let diverging = format!("{}!", &value[..prefix_end]);
+        assert_eq!(r.redact(&diverging), "[REDACTED]!");
+        // Less than the prefix is not a hit.
+        let short = &value[..value.char_indices().nth(20).unwrap().0];
+        assert!(matches!(r.redact(short), Cow::Borrowed(_)));
+    }
+}
+
 #[test]
 fn short_and_empty_secrets_are_not_registered() {
     let r = Redactor::new(vec![
