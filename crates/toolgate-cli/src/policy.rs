@@ -19,9 +19,10 @@ pub(crate) enum Command {
     /// escalation conditions). Prints warnings; exit 0 when it can be served.
     Check {
         file: PathBuf,
-        /// The toolset it will be served with.
-        #[arg(long, default_value = "ledger")]
-        toolset: String,
+        /// The toolset it will be served with (default: the policy's `name` when it names a
+        /// built-in toolset, else ledger).
+        #[arg(long)]
+        toolset: Option<String>,
     },
     /// Show the decision for one call: tier before and after escalation, the rule that decided,
     /// and what happens next. Budget and kill switch are taken as fresh (not read from a server).
@@ -34,9 +35,9 @@ pub(crate) enum Command {
         /// The caller (default: the local user, `local:<user>`).
         #[arg(long = "as", value_name = "PRINCIPAL")]
         principal: Option<String>,
-        /// The toolset it will be served with.
-        #[arg(long, default_value = "ledger")]
-        toolset: String,
+        /// The toolset it will be served with (default as for `check`).
+        #[arg(long)]
+        toolset: Option<String>,
         /// Print one JSON object.
         #[arg(long)]
         json: bool,
@@ -48,7 +49,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     match command {
         Command::Check { file, toolset } => {
-            let (policy, warnings) = load_checked(&file, &toolset, scratch.path())?;
+            let (policy, warnings) = load_checked(&file, toolset.as_deref(), scratch.path())?;
             for warning in &warnings {
                 writeln!(out, "warning: {warning}")?;
             }
@@ -69,7 +70,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
             toolset,
             json: as_json,
         } => {
-            let (policy, _) = load_checked(&file, &toolset, scratch.path())?;
+            let (policy, _) = load_checked(&file, toolset.as_deref(), scratch.path())?;
             let arguments: Map<String, Value> = match serde_json::from_str(&args) {
                 Ok(Value::Object(map)) => map,
                 _ => {
@@ -150,10 +151,14 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
 /// directory is touched).
 fn load_checked(
     file: &Path,
-    toolset: &str,
+    toolset: Option<&str>,
     scratch: &Path,
 ) -> anyhow::Result<(toolgate_core::policy::Policy, Vec<String>)> {
     let policy = load_policy(file)?;
+    let toolset = toolset.unwrap_or(match policy.name() {
+        Some(name @ ("ledger" | "notes" | "orders")) => name,
+        _ => "ledger",
+    });
     let tools = toolset::by_name(toolset, scratch).map_err(|e| anyhow!(e))?;
     let warnings = check_policy(&policy, tools.as_ref())?;
     Ok((policy, warnings))

@@ -91,11 +91,16 @@ fn redactor(files: &[PathBuf]) -> anyhow::Result<Redactor> {
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = load_policy(&args.policy)?;
-    let toolset = toolset::by_name(&args.toolset, &args.data).map_err(|e| anyhow!(e))?;
-    for warning in check_policy(&policy, toolset.as_ref())? {
+    // Check against a scratch instance first: a policy that does not fit changes nothing on disk.
+    let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
+    let probe = toolset::by_name(&args.toolset, scratch.path()).map_err(|e| anyhow!(e))?;
+    for warning in check_policy(&policy, probe.as_ref())? {
         tracing::warn!(%warning, "policy");
     }
+    drop((probe, scratch));
+    let toolset = toolset::by_name(&args.toolset, &args.data).map_err(|e| anyhow!(e))?;
     let redactor = redactor(&args.secret_files)?;
+    crate::logging::use_redactor(std::sync::Arc::new(redactor.clone()));
     let grace =
         Duration::try_from_secs_f64(args.grace).context("--grace must be a non-negative number")?;
     let (journal, recovery) = Journal::open(&args.data)

@@ -9,7 +9,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr};
-use cel::{Context, ExecutionError, Program, Value as CelValue};
+use std::sync::{Arc, OnceLock};
+
+use cel::{Context, Env, ExecutionError, Program, Value as CelValue};
 use serde_json::{Map, Value, json};
 
 use crate::principal::Principal;
@@ -65,7 +67,10 @@ impl Condition {
     }
 
     fn eval_json(&self, args: &Value, principal: &Value, tool: &str) -> Result<bool, String> {
-        let mut context = Context::default();
+        // The standard environment is built once: building it per call cost ~50 µs.
+        static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+        let env = ENV.get_or_init(|| Arc::new(Env::stdlib()));
+        let mut context = Context::with_env(Arc::clone(env));
         let convert = |v: &Value| cel::to_value(v).map_err(|e| e.to_string());
         context.add_variable_from_value("args", convert(args)?);
         context.add_variable_from_value("principal", convert(principal)?);

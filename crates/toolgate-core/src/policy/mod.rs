@@ -305,6 +305,12 @@ impl Policy {
         &self.sha256
     }
 
+    /// The policy's `name` (version 2), which also gives the gate variables their prefix.
+    #[must_use]
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
     /// 1 (the seed's JSON) or 2 (TOML).
     #[must_use]
     pub fn version(&self) -> u8 {

@@ -45,6 +45,12 @@ pub enum StoreError {
     },
     #[error("approval {id} was not claimed for an execution, or already holds another result")]
     NoExecution { id: String },
+    #[error("cannot write the kill switch stamp {}", path.display())]
+    Stamp {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
 }
 
 impl StoreError {

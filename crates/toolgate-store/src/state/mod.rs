@@ -15,7 +15,10 @@
 #[cfg(test)]
 mod tests;
 
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::SystemTime;
 
 use sqlx::sqlite::SqlitePool;
 
@@ -39,7 +42,18 @@ pub struct KillSwitch {
 #[derive(Clone, Debug)]
 pub struct StateStore {
     pool: SqlitePool,
+    /// `dir/killswitch.stamp`, rewritten after every change of the switch.
+    stamp: PathBuf,
+    /// The switch as last read, with the stamp it was read under.
+    cached: Arc<Mutex<Option<(Stamp, bool)>>>,
 }
+
+/// What identifies one version of the stamp file: each write renames a new file into place, so the
+/// inode changes even where mtimes are coarse.
+type Stamp = (SystemTime, u64, u64);
+
+/// Name of the file whose change tells a running server to re-read the switch.
+pub const KILLSWITCH_STAMP: &str = "killswitch.stamp";
 
 impl StateStore {
     /// Opens (creating if needed) the database in `dir`.
@@ -47,9 +61,48 @@ impl StateStore {
     /// # Errors
     /// The directory or database cannot be used, or its schema is newer than this build.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
+        let pool = crate::db::open_pool(dir).await?;
+        let stamp = dir.join(KILLSWITCH_STAMP);
+        if !stamp.exists() {
+            // Without a stamp every call would query the database.
+            std::fs::write(&stamp, "0\n").map_err(|source| StoreError::Stamp {
+                path: stamp.clone(),
+                source,
+            })?;
+        }
         Ok(Self {
-            pool: crate::db::open_pool(dir).await?,
+            pool,
+            stamp,
+            cached: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Whether the switch is on, for the gate's check on every call. The database is read only
+    /// when the stamp file changed since the last read (a `stat`, ~1 µs, instead of a query,
+    /// ~25 µs); `set_killswitch` rewrites the stamp after it commits and before it returns, so a
+    /// call that starts after `toolgate killswitch on` has returned always sees the switch on.
+    ///
+    /// # Errors
+    /// The database could not answer; the caller must then treat the switch as on.
+    pub async fn killswitch_on(&self) -> Result<bool, StoreError> {
+        let stamp = std::fs::metadata(&self.stamp).ok().map(|m| {
+            (
+                m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                m.len(),
+                m.ino(),
+            )
+        });
+        if let Some(stamp) = stamp
+            && let Some((seen, on)) = *self.cached.lock().unwrap_or_else(PoisonError::into_inner)
+            && seen == stamp
+        {
+            return Ok(on);
+        }
+        let on = self.killswitch().await?.on;
+        if let Some(stamp) = stamp {
+            *self.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some((stamp, on));
+        }
+        Ok(on)
     }
 
     /// The switch as last set by anyone, in any process.
@@ -106,6 +159,17 @@ impl StateStore {
         tx.commit()
             .await
             .map_err(StoreError::query("cannot commit the kill switch"))?;
+        // A new stamp (a new inode, renamed into place) makes every server re-read the switch on
+        // its next call.
+        let fresh = self
+            .stamp
+            .with_extension(format!("stamp.{}", uuid_like(now)));
+        std::fs::write(&fresh, format!("{now} {engaged}\n"))
+            .and_then(|()| std::fs::rename(&fresh, &self.stamp))
+            .map_err(|source| StoreError::Stamp {
+                path: self.stamp.clone(),
+                source,
+            })?;
         Ok(KillSwitch {
             on: engaged,
             changed_by,
@@ -160,4 +224,12 @@ impl StateStore {
             .map_err(StoreError::query("cannot commit the budget charge"))?;
         Ok(charged.rows_affected() == 1)
     }
+}
+
+/// Varies the stamp's content (and often its length) even when two changes share a millisecond.
+fn uuid_like(now: i64) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!("{}-{n}-{now:x}", std::process::id())
 }

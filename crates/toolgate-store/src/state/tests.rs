@@ -178,3 +178,16 @@ async fn concurrent_chargers_never_exceed_the_limit() {
     }
     assert_eq!(within, 5);
 }
+
+#[tokio::test]
+async fn a_cached_reader_sees_a_switch_flipped_through_another_handle_on_its_next_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = StateStore::open(dir.path()).await.unwrap();
+    let operator = StateStore::open(dir.path()).await.unwrap();
+    assert!(!server.killswitch_on().await.unwrap());
+    assert!(!server.killswitch_on().await.unwrap(), "cached read");
+    for on in [true, false, true] {
+        operator.set_killswitch(on, "human:op", 1).await.unwrap();
+        assert_eq!(server.killswitch_on().await.unwrap(), on);
+    }
+}

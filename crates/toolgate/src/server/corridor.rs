@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use rmcp::model::{CallToolResult, ProgressNotificationParam};
+use rmcp::model::{CallToolResult, ErrorCode, ProgressNotificationParam};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{Map, Value, json};
@@ -44,8 +44,8 @@ impl Corridor<'_> {
         let registered = self.toolset.has(name);
         let killswitch = match gate.state() {
             None => false,
-            Some(state) => match state.killswitch().await {
-                Ok(switch) => switch.on,
+            Some(state) => match state.killswitch_on().await {
+                Ok(on) => on,
                 Err(error) => {
                     // The switch cannot be read: behave as if it were on.
                     tracing::error!(error = %error, "kill switch unreadable; refusing");
@@ -217,23 +217,32 @@ impl Corridor<'_> {
             ct: handler_ct.clone(),
         };
         let run = tokio::time::timeout(timeout, self.toolset.call(call));
+        // `biased`: a cancellation that raced the handler's own (cancelled) answer is still a
+        // cancellation, whichever future the runtime happened to see first.
         let (result, outcome) = tokio::select! {
+            biased;
+            () = ct.cancelled() => {
+                handler_ct.cancel();
+                (Err(ErrorData::internal_error("cancelled by the client", None)), Outcome::Cancelled)
+            }
             finished = run => match finished {
                 Ok(Ok(result)) => {
                     let outcome = if result.is_error == Some(true) { Outcome::Failed } else { Outcome::Committed };
                     (Ok(result), outcome)
                 }
-                Ok(Err(error)) => (Err(error), Outcome::Failed),
+                // A refusal the handler repeated (defence in depth) stays a protocol error; any
+                // other handler error is a failure the model should read, with secrets removed.
+                Ok(Err(error)) if error.code == ErrorCode::INVALID_PARAMS => (Err(error), Outcome::NotExecuted),
+                Ok(Err(error)) => {
+                    let reason = gate.redactor().redact(&format!("{name} failed: {}", error.message)).into_owned();
+                    (Ok(outcome::tool_error(reason, json!({"status": "failed"}))), Outcome::Failed)
+                }
                 Err(_) => {
                     handler_ct.cancel();
                     let reason = format!("{name} timed out after {} ms; it may not have finished", timeout.as_millis());
                     (Ok(outcome::tool_error(reason, json!({"status": "timeout"}))), Outcome::Timeout)
                 }
             },
-            () = ct.cancelled() => {
-                handler_ct.cancel();
-                (Err(ErrorData::internal_error("cancelled by the client", None)), Outcome::Cancelled)
-            }
         };
         if !self.toolset.records_itself(name) {
             let event = gate
@@ -409,7 +418,25 @@ impl Corridor<'_> {
             }
             return Ok(result);
         }
-        // Already used: the one execution happened (or is happening) elsewhere.
+        // Already used: the one execution happened, or is happening in another copy of this call.
+        // Wait (bounded by the tool's timeout) for its stored result rather than guess.
+        let policy = gate.policy();
+        let limit = policy
+            .rule(name)
+            .and_then(|r| r.timeout)
+            .unwrap_or(policy.defaults().timeout);
+        let started = tokio::time::Instant::now();
+        let mut row = row;
+        while row.result.is_none() && started.elapsed() < limit {
+            tokio::select! {
+                () = tokio::time::sleep(APPROVAL_POLL) => {}
+                () = context.ct.cancelled() => return Err(ErrorData::internal_error("cancelled by the client", None)),
+            }
+            match store.get(&row.id, now_ms()).await.map_err(store_error)? {
+                Some(current) => row = current,
+                None => break,
+            }
+        }
         let event = gate
             .event(
                 name,

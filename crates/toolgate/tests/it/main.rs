@@ -1,6 +1,7 @@
 //! End-to-end tests of the gated MCP server, in-process over `tokio::io::duplex`: an rmcp client in
 //! each protocol era, and raw JSON lines where the wire format is the point.
 
+mod corridor;
 mod eras;
 mod wire;
 
