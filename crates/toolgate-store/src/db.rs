@@ -21,8 +21,10 @@ use crate::approval::StoreError;
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "toolgate.db";
 
-/// How long a statement waits for another process's write lock before failing.
-const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a statement waits for another process's write lock before failing. Generous: with
+/// `synchronous=FULL` every commit is a flush, and dozens of deciders or a loaded disk can queue
+/// behind each other for seconds; failing a person's decision for that would be worse than waiting.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Version written to `PRAGMA user_version` by [`SCHEMA_V1`].
 const SCHEMA_VERSION: i64 = 1;

@@ -76,6 +76,8 @@ fn the_kill_switch_stops_a_running_servers_next_call_and_off_restores_it() {
         "{}",
         String::from_utf8_lossy(&on.stderr)
     );
+    // Give the server's audit sweep (every 500 ms) time to see the flip.
+    std::thread::sleep(std::time::Duration::from_millis(700));
     let status = scratch.cli(&["killswitch", "status", "--json"]);
     let status: Value = serde_json::from_slice(&status.stdout).expect("status --json");
     assert_eq!(
@@ -99,6 +101,7 @@ fn the_kill_switch_stops_a_running_servers_next_call_and_off_restores_it() {
 
     let off = scratch.cli(&["killswitch", "off"]);
     assert!(off.status.success());
+    std::thread::sleep(std::time::Duration::from_millis(700));
     let after = server.call("add_note", json!({"order_id": "ord_1001", "note": "back"}));
     assert!(!is_error(&after), "{after}");
     assert_eq!(kinds(&scratch, "note"), 1);
@@ -110,6 +113,26 @@ fn the_kill_switch_stops_a_running_servers_next_call_and_off_restores_it() {
         .filter(|r| r["decision"] == "deny" && r["outcome"] == "not_executed")
         .count();
     assert_eq!(refusals, 3, "each refusal is audited");
+    let flips: Vec<(String, String)> = scratch
+        .records()
+        .into_iter()
+        .filter(|r| r["decision"] == "control")
+        .map(|r| {
+            (
+                r["outcome"].as_str().unwrap_or("").to_owned(),
+                r["changed_by"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let by = |o: &str, who: &str| (o.to_owned(), who.to_owned());
+    assert_eq!(
+        flips[..2],
+        [
+            by("switch_on", "human:oncall"),
+            by("switch_off", &flips[1].1)
+        ],
+        "the server audits each flip it sees"
+    );
 }
 
 #[test]

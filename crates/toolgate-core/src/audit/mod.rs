@@ -35,6 +35,8 @@ pub enum Decision {
     Refuse,
     /// The approval queue: a request opened, or resolved by a person or by expiry.
     Approval,
+    /// An operator's control changed state (the kill switch).
+    Control,
     /// The log itself was repaired at start (a torn last line moved aside).
     Recover,
 }
@@ -47,6 +49,7 @@ impl Decision {
             Self::Deny => "deny",
             Self::Refuse => "refuse",
             Self::Approval => "approval",
+            Self::Control => "control",
             Self::Recover => "recover",
         }
     }
@@ -87,6 +90,10 @@ pub enum Outcome {
     Cancelled,
     /// The effect may or may not have happened.
     InDoubt,
+    /// The kill switch was turned on: every tool is blocked.
+    SwitchOn,
+    /// The kill switch was turned off.
+    SwitchOff,
 }
 
 impl Outcome {
@@ -109,6 +116,8 @@ impl Outcome {
             Self::Timeout => "timeout",
             Self::Cancelled => "cancelled",
             Self::InDoubt => "in_doubt",
+            Self::SwitchOn => "switch_on",
+            Self::SwitchOff => "switch_off",
         }
     }
 }

@@ -79,10 +79,8 @@ impl Corridor<'_> {
                 .redactor()
                 .redact(&format!("invalid arguments for {name}: {invalid}"))
                 .into_owned();
-            return Ok(outcome::tool_error(
-                reason,
-                json!({"status": "invalid_args"}),
-            ));
+            let detail = json!({"status": "invalid_args", "rule": "schema", "policy_sha256": gate.policy().sha256()});
+            return Ok(outcome::tool_error(reason, detail));
         }
 
         let principal = gate.principal().clone();
@@ -502,6 +500,8 @@ impl Corridor<'_> {
                 "approval_id": row.id,
                 "decided_by": row.decided_by,
                 "reason": row.decision_reason,
+                "rule": "approval",
+                "policy_sha256": row.policy_sha256,
             }),
         )
     }
@@ -514,7 +514,14 @@ fn pending(row: &Approval) -> CallToolResult {
             "{} needs a person's approval: approval {} pending until {until}; call again with the same arguments after it is decided",
             row.tool, row.id
         ),
-        json!({"status": "pending_approval", "approval_id": row.id, "expires_at": until, "tier": row.tier, "reason": row.reason}),
+        json!({
+            "status": "pending_approval",
+            "approval_id": row.id,
+            "expires_at": until,
+            "tier": row.tier,
+            "reason": row.reason,
+            "policy_sha256": row.policy_sha256,
+        }),
     )
 }
 

@@ -1,9 +1,11 @@
-//! Audit records for approvals decided elsewhere.
+//! Audit records for what people do from other processes: approval decisions and the kill switch.
 //!
-//! A person decides in another process (`toolgate approvals approve`), which cannot write to the
-//! audit log: the server holds its lock. So the server notices decisions and expiries itself and
-//! records each once, as `approval / approved | denied | expired` with the approver and reason; the
-//! store marks a row when its record is durable, so a restart neither loses nor repeats one.
+//! A person decides in another process (`toolgate approvals approve`, `toolgate killswitch on`),
+//! which cannot write to the audit log: the server holds its lock. So the server notices decisions,
+//! expiries and switch changes itself and records each once: `approval / approved | denied |
+//! expired` with the approver and reason (the store marks a row when its record is durable, so a
+//! restart neither loses nor repeats one), and `control / switch_on | switch_off` with who flipped
+//! it.
 
 use std::time::Duration;
 
@@ -16,12 +18,48 @@ use super::{Gate, now_ms};
 /// How often decided approvals are looked for.
 const EVERY: Duration = Duration::from_millis(500);
 
-/// Runs until the task is dropped; records every resolved approval once.
+/// Runs until the task is dropped; records every resolved approval once, and each change of the
+/// kill switch it sees (flips faster than its period collapse into the last one).
 pub async fn audit_resolutions(gate: Gate) {
-    let Some(store) = gate.approvals().cloned() else {
-        return;
+    let mut switch = match gate.state() {
+        Some(state) => state.killswitch().await.ok(),
+        None => None,
     };
     loop {
+        if let (Some(state), Some(seen)) = (gate.state(), switch.as_ref())
+            && let Ok(now) = state.killswitch().await
+            && now.changed_at != seen.changed_at
+        {
+            let outcome = if now.on {
+                Outcome::SwitchOn
+            } else {
+                Outcome::SwitchOff
+            };
+            let event = Event {
+                request_id: "killswitch".to_owned(),
+                method: "killswitch/set".to_owned(),
+                name: "killswitch".to_owned(),
+                decision: Decision::Control,
+                outcome,
+                args_digest: toolgate_core::canonical::digest(&serde_json::json!({"on": now.on})),
+                detail: Default::default(),
+            }
+            .with(
+                "changed_by",
+                now.changed_by.clone().map_or(Value::Null, Value::from),
+            )
+            .with(
+                "changed_at",
+                now.changed_at.map_or(Value::Null, Value::from),
+            );
+            if gate.record(event).await {
+                switch = Some(now);
+            }
+        }
+        let Some(store) = gate.approvals() else {
+            tokio::time::sleep(EVERY).await;
+            continue;
+        };
         match store.unaudited_resolutions(now_ms()).await {
             Ok(rows) => {
                 for row in rows {
