@@ -47,9 +47,10 @@ log() { printf '%s\n' "$*" >&2; }
 trap 'log "bench/run.sh: a step failed (line $LINENO); its output is above"' ERR
 
 log "== building release binaries"
-cargo build --quiet --release -p toolgate-cli --bin toolgate --example stdio_load
+cargo build --quiet --release -p toolgate-cli --bin toolgate --example stdio_load --example decide_bench
 toolgate=$repo/target/release/toolgate
 load=$repo/target/release/examples/stdio_load
+decide_bench=$repo/target/release/examples/decide_bench
 
 mkdir -p "${BENCH_TMP:-$repo/target}"
 tmp=$(mktemp -d -p "${BENCH_TMP:-$repo/target}" bench.XXXXXX)
@@ -272,6 +273,16 @@ figure "calls/s with $prefill_records records in log vs empty" "$(calc "$ratio")
 ratio="$sha_best / $verify_best"
 figure "audit verify vs sha256sum ($mb MB)" "$(calc "$ratio")x ($verify_mbs vs $sha_mbs MB/s)" ">= 0.5x" "$(ge "$ratio" 0.5)"
 figure "idle serve resident memory (VmRSS after 1 s)" "$rss_mib MiB" "<= 15 MiB" "$(le "$rss_kb / 1024" 15)"
+
+# Policy decisions and the approval store (examples/decide_bench.rs), on the same disk.
+settle
+decide_out=$("$decide_bench" --dir "$tmp")
+decision=$(grep '"figure":"decision"' <<<"$decide_out")
+store=$(grep '"figure":"approval_store"' <<<"$decide_out")
+d50=$(field "$decision" p50_us)
+figure "policy decision, 101 tools with CEL escalation (p50)" "$(calc "$d50") us (p99 $(calc "$(field "$decision" p99_us)") us; no-CEL lookup $(calc "$(field "$decision" baseline_no_cel_p50_us)") us)" "<= 5 us" "$(le "$d50" 5)"
+figure "approval store: open+decide+consume cycles/s" "$(int "$(field "$store" cycles_per_s)") ($(int "$(field "$store" ops_per_s)") ops/s, synchronous=FULL)" "-" "-"
+figure "kill switch check per call (SQLite read, no stamp cache)" "$(calc "$(field "$store" killswitch_read_us)") us" "-" "-"
 
 echo
 echo "| Figure | Measured | Target | Result |"

@@ -125,9 +125,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let approvals = ApprovalStore::open(&args.data)
         .await
         .context("cannot open the approval queue")?;
-    let state = StateStore::open(&args.data)
-        .await
-        .context("cannot open the state store")?;
+    let state =
+        StateStore::beside(&approvals, &args.data).context("cannot open the state store")?;
     let open = open_gates(&policy);
     let gate = Gate::new(policy, journal.clone())
         .with_approvals(approvals)

@@ -23,6 +23,9 @@ pub struct Condition {
     program: Program,
     /// Top-level argument names the expression reads (`args.NAME` or `args["NAME"]`).
     args: BTreeSet<String>,
+    /// Whether it reads `principal` / `tool` at all: what it does not read is not converted.
+    uses_principal: bool,
+    uses_tool: bool,
 }
 
 impl Condition {
@@ -34,10 +37,15 @@ impl Condition {
         let program = Program::compile(source).map_err(|e| e.to_string())?;
         let mut args = BTreeSet::new();
         collect_args(program.expression(), &mut args);
+        let references = program.references();
+        let uses_principal = references.has_variable("principal");
+        let uses_tool = references.has_variable("tool");
         Ok(Self {
             source: source.to_owned(),
             program,
             args,
+            uses_principal,
+            uses_tool,
         })
     }
 
@@ -62,8 +70,19 @@ impl Condition {
         principal: &Principal,
         tool: &str,
     ) -> Result<bool, String> {
-        let principal = json!({"sub": principal.sub, "scopes": principal.scopes});
-        self.eval_json(&Value::Object(args.clone()), &principal, tool)
+        let principal = if self.uses_principal {
+            json!({"sub": principal.sub, "scopes": principal.scopes})
+        } else {
+            Value::Null
+        };
+        // Only the arguments the expression reads are converted: a call's other arguments (a
+        // long note, a document) cost nothing here.
+        let read: Map<String, Value> = args
+            .iter()
+            .filter(|(k, _)| self.args.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        self.eval_json(&Value::Object(read), &principal, tool)
     }
 
     fn eval_json(&self, args: &Value, principal: &Value, tool: &str) -> Result<bool, String> {
@@ -73,8 +92,12 @@ impl Condition {
         let mut context = Context::with_env(Arc::clone(env));
         let convert = |v: &Value| cel::to_value(v).map_err(|e| e.to_string());
         context.add_variable_from_value("args", convert(args)?);
-        context.add_variable_from_value("principal", convert(principal)?);
-        context.add_variable_from_value("tool", CelValue::from(tool.to_owned()));
+        if self.uses_principal {
+            context.add_variable_from_value("principal", convert(principal)?);
+        }
+        if self.uses_tool {
+            context.add_variable_from_value("tool", CelValue::from(tool.to_owned()));
+        }
         match self.program.execute(&context) {
             Ok(CelValue::Bool(matched)) => Ok(matched),
             Ok(other) => Err(format!("evaluates to {other:?}, not true or false")),

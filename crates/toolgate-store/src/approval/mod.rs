@@ -147,6 +147,11 @@ impl ApprovalStore {
     ///
     /// # Errors
     /// The directory or database cannot be used, or its schema is newer than this build.
+    /// The connections, for stores that share this database file.
+    pub(crate) fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
             pool: crate::db::open_pool(dir).await?,

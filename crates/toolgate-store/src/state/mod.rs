@@ -61,7 +61,21 @@ impl StateStore {
     /// # Errors
     /// The directory or database cannot be used, or its schema is newer than this build.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
-        let pool = crate::db::open_pool(dir).await?;
+        Self::with_pool(dir, crate::db::open_pool(dir).await?)
+    }
+
+    /// The state store over the approval queue's connections (one pool per process is enough).
+    ///
+    /// # Errors
+    /// The kill switch stamp cannot be created.
+    pub fn beside(
+        approvals: &crate::approval::ApprovalStore,
+        dir: &Path,
+    ) -> Result<Self, StoreError> {
+        Self::with_pool(dir, approvals.pool().clone())
+    }
+
+    fn with_pool(dir: &Path, pool: SqlitePool) -> Result<Self, StoreError> {
         let stamp = dir.join(KILLSWITCH_STAMP);
         if !stamp.exists() {
             // Without a stamp every call would query the database.

@@ -555,16 +555,24 @@ pub fn fingerprint(
     }))
 }
 
-/// Secrets in a tool's result never reach the client.
-fn redact_result(gate: &Gate, mut result: CallToolResult) -> CallToolResult {
-    let value = serde_json::to_value(&result).unwrap_or(Value::Null);
-    let redacted = gate.redactor().redact_value(&value);
-    if redacted != value
-        && let Ok(clean) = serde_json::from_value::<CallToolResult>(redacted)
-    {
-        result = clean;
+/// Secrets in a tool's result never reach the client. One pass over the serialised result decides;
+/// only a result that holds something secret-shaped is rebuilt.
+fn redact_result(gate: &Gate, result: CallToolResult) -> CallToolResult {
+    let Ok(text) = serde_json::to_string(&result) else {
+        return result;
+    };
+    if matches!(gate.redactor().redact(&text), std::borrow::Cow::Borrowed(_)) {
+        return result;
     }
-    result
+    let value = serde_json::to_value(&result).unwrap_or(Value::Null);
+    match serde_json::from_value::<CallToolResult>(gate.redactor().redact_value(&value)) {
+        Ok(clean) => clean,
+        // Never send what could not be cleaned.
+        Err(_) => outcome::tool_error(
+            "the result held secrets and could not be redacted; withheld",
+            json!({}),
+        ),
+    }
 }
 
 fn store_error(error: impl std::fmt::Display) -> ErrorData {
