@@ -703,35 +703,18 @@ fn clip(text: &str, max: usize) -> String {
     }
 }
 
-/// RFC 3339 in UTC to the second (`2026-10-19T11:12:36Z`), without a date crate: days since the
-/// epoch to a civil date by Howard Hinnant's `civil_from_days`.
+/// RFC 3339 in UTC to the second (`2026-10-19T11:12:36Z`), through the server's one date formatter.
 pub(super) fn utc_timestamp(time: SystemTime) -> String {
-    let secs: i64 = match time.duration_since(UNIX_EPOCH) {
-        Ok(after) => i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
+    let ms: i64 = match time.duration_since(UNIX_EPOCH) {
+        Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
         Err(before) => {
             let before = before.duration();
-            let whole = i64::try_from(before.as_secs()).unwrap_or(i64::MAX);
-            // A fraction of a second before a boundary still belongs to the earlier second.
-            -whole - i64::from(before.subsec_nanos() > 0)
+            let whole = i64::try_from(before.as_millis()).unwrap_or(i64::MAX);
+            // A fraction of a millisecond before a boundary still belongs to the earlier one.
+            -whole - i64::from(before.subsec_nanos() % 1_000_000 > 0)
         }
     };
-    let days = secs.div_euclid(86_400);
-    let of_day = secs.rem_euclid(86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        of_day / 3_600,
-        of_day % 3_600 / 60,
-        of_day % 60
-    )
+    crate::server::rfc3339(ms)
 }
 
 #[cfg(test)]
