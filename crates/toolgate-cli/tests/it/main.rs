@@ -9,6 +9,7 @@ mod tiers;
 mod verify;
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -326,4 +327,33 @@ fn verify_json(file: &Path) -> (i32, Value) {
         .expect("run verify");
     let value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
     (out.status.code().unwrap_or(-1), value)
+}
+
+/// What "the file was not touched" means: existence, content hash, size, mtime in ns.
+#[derive(Debug, PartialEq, Eq)]
+struct Observation {
+    exists: bool,
+    sha256: String,
+    size: u64,
+    mtime_ns: i128,
+}
+
+fn observe(path: &Path) -> Observation {
+    use sha2::Digest;
+    match std::fs::metadata(path) {
+        Ok(meta) => Observation {
+            exists: true,
+            sha256: hex::encode(sha2::Sha256::digest(
+                std::fs::read(path).expect("read the observed file"),
+            )),
+            size: meta.len(),
+            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
+        },
+        Err(_) => Observation {
+            exists: false,
+            sha256: String::new(),
+            size: 0,
+            mtime_ns: 0,
+        },
+    }
 }

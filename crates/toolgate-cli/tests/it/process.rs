@@ -1,40 +1,12 @@
 //! `toolgate serve` and `toolgate demo` as processes: the seed's lines on real pipes, the untouched
 //! rm_rf target, shutdown on EOF, start-up refusals, the single-writer lock.
 
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Scratch, toolgate, verify_json, wait_for};
-
-#[derive(Debug, PartialEq, Eq)]
-struct Observation {
-    exists: bool,
-    sha256: String,
-    size: u64,
-    mtime_ns: i128,
-}
-
-fn observe(path: &Path) -> Observation {
-    use sha2::Digest;
-    match std::fs::metadata(path) {
-        Ok(meta) => Observation {
-            exists: true,
-            sha256: hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap())),
-            size: meta.len(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        },
-        Err(_) => Observation {
-            exists: false,
-            sha256: String::new(),
-            size: 0,
-            mtime_ns: 0,
-        },
-    }
-}
+use super::{Scratch, observe, toolgate, verify_json, wait_for};
 
 #[test]
 fn a_denied_rm_rf_leaves_its_target_exactly_as_it_was() {

@@ -3,7 +3,6 @@
 //! toolset, schema refusals, redaction of secrets, and `toolgate policy check | explain`.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
@@ -11,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::{Value, json};
 
 use super::approvals::{is_error, pending_id, structured, text};
-use super::{Scratch, Server, policy_with, toolgate};
+use super::{Observation, Scratch, Server, observe, policy_with, toolgate};
 
 /// The orders policy with a quick pending answer (1 s instead of 10 s) and `changes`.
 fn orders_quick(changes: &[(&str, &str)]) -> Scratch {
@@ -186,33 +185,6 @@ fn delete_customer_never_exists_and_email_outside_the_domain_waits_for_a_person(
     }
     assert_eq!(kinds(&scratch, "email"), 1);
     server.close();
-}
-
-/// What "the file was not touched" means: existence, content hash, size, mtime in ns.
-#[derive(Debug, PartialEq, Eq)]
-struct Observation {
-    exists: bool,
-    sha256: String,
-    size: u64,
-    mtime_ns: i128,
-}
-
-fn observe(path: &Path) -> Observation {
-    use sha2::Digest;
-    match std::fs::metadata(path) {
-        Ok(meta) => Observation {
-            exists: true,
-            sha256: hex::encode(sha2::Sha256::digest(std::fs::read(path).expect("read"))),
-            size: meta.len(),
-            mtime_ns: i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec()),
-        },
-        Err(_) => Observation {
-            exists: false,
-            sha256: String::new(),
-            size: 0,
-            mtime_ns: 0,
-        },
-    }
 }
 
 fn observe_notes(dir: &Path) -> Vec<(String, Observation)> {
