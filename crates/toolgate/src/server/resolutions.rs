@@ -51,7 +51,9 @@ pub async fn audit_resolutions(gate: Gate) {
             .with(
                 "changed_at",
                 now.changed_at.map_or(Value::Null, Value::from),
-            );
+            )
+            .with("rule", "killswitch")
+            .with("policy_sha256", gate.policy().sha256());
             if gate.record(event).await {
                 switch = Some(now);
             }
@@ -88,7 +90,8 @@ pub async fn audit_resolutions(gate: Gate) {
                         row.decision_reason.clone().map_or(Value::Null, Value::from),
                     )
                     .with("requester", row.requester.as_str())
-                    .with("policy_sha256", row.policy_sha256.as_str());
+                    .with("policy_sha256", row.policy_sha256.as_str())
+                    .with("rule", "approval");
                     if gate.record(event).await
                         && let Err(error) = store.mark_resolution_audited(&row.id).await
                     {
