@@ -113,16 +113,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn scenario(policy: &Path, data: &Path, target: &Path) -> anyhow::Result<Vec<Step>> {
-    let client = connect(
-        &[
-            "--policy".as_ref(),
-            policy.as_os_str(),
-            "--data".as_ref(),
-            data.as_os_str(),
-        ],
-        &[],
-    )
-    .await?;
+    let client = connect("ledger", policy, data, &[]).await?;
     let mut steps = Vec::new();
     let server = client.peer().peer_info();
     let (name, version) = server
@@ -271,11 +262,24 @@ fn print(
     Ok(())
 }
 
-/// Starts `toolgate serve ARGS` (with extra environment) as a child and connects an rmcp client.
-async fn connect(args: &[&std::ffi::OsStr], envs: &[(&str, &str)]) -> anyhow::Result<Client> {
+/// Starts `toolgate serve` for `toolset` on `policy` and `data` (with extra environment) as a child
+/// and connects an rmcp client.
+async fn connect(
+    toolset: &str,
+    policy: &Path,
+    data: &Path,
+    envs: &[(&str, &str)],
+) -> anyhow::Result<Client> {
     let exe = std::env::current_exe().context("cannot find the toolgate binary")?;
     let mut command = tokio::process::Command::new(exe);
-    command.arg("serve").args(args);
+    command
+        .arg("serve")
+        .arg("--toolset")
+        .arg(toolset)
+        .arg("--policy")
+        .arg(policy)
+        .arg("--data")
+        .arg(data);
     for (key, value) in envs {
         command.env(key, value);
     }
@@ -326,18 +330,7 @@ async fn orders_scenario(root: &Path) -> anyhow::Result<Vec<Step>> {
     let policy = root.join("orders.toml");
     let data = root.join("orders-data");
     std::fs::write(&policy, ORDERS_POLICY).context("cannot write the orders policy")?;
-    let client = connect(
-        &[
-            "--toolset".as_ref(),
-            "orders".as_ref(),
-            "--policy".as_ref(),
-            policy.as_os_str(),
-            "--data".as_ref(),
-            data.as_os_str(),
-        ],
-        &[],
-    )
-    .await?;
+    let client = connect("orders", &policy, &data, &[]).await?;
     let mut steps = Vec::new();
 
     let small = call(
@@ -470,18 +463,10 @@ async fn notes_scenario(root: &Path) -> anyhow::Result<Vec<Step>> {
     let policy = root.join("notes.toml");
     let data = root.join("notes-data");
     std::fs::write(&policy, NOTES_POLICY).context("cannot write the notes policy")?;
-    let args = [
-        "--toolset".as_ref(),
-        "notes".as_ref(),
-        "--policy".as_ref(),
-        policy.as_os_str(),
-        "--data".as_ref(),
-        data.as_os_str(),
-    ];
     let note = data.join("notes").join("groceries.md");
     let mut steps = Vec::new();
 
-    let client = connect(&args, &[("NOTES_ALLOW_GATED", "")]).await?;
+    let client = connect("notes", &policy, &data, &[("NOTES_ALLOW_GATED", "")]).await?;
     let before = observe(&note);
     let refused = call(&client, "delete_note", json!({"name": "groceries"}))
         .await
@@ -503,7 +488,7 @@ async fn notes_scenario(root: &Path) -> anyhow::Result<Vec<Step>> {
         .await
         .context("cannot stop `toolgate serve`")?;
 
-    let client = connect(&args, &[("NOTES_ALLOW_GATED", "1")]).await?;
+    let client = connect("notes", &policy, &data, &[("NOTES_ALLOW_GATED", "1")]).await?;
     let deleted = call(&client, "delete_note", json!({"name": "groceries"}))
         .await
         .context("delete_note failed")?;
