@@ -12,5 +12,6 @@ pub mod canonical;
 pub mod policy;
 pub mod principal;
 pub mod redact;
+pub mod sanitize;
 pub mod schema;
 pub mod secret;

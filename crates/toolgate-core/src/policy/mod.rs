@@ -96,7 +96,8 @@ pub struct ToolRule {
     pub gated: bool,
     /// Overrides the policy-wide `<PREFIX>_ALLOW_GATED` variable for this tool.
     pub gate_env: Option<String>,
-    /// The argument that names the effect (idempotency key).
+    /// The argument that names the effect (idempotency key); `"*"`: the canonical arguments are
+    /// the key.
     pub idempotency_key: Option<String>,
     /// The tool dedupes by itself: safe to forward again when an earlier outcome is unknown.
     pub idempotent: bool,
@@ -105,7 +106,11 @@ pub struct ToolRule {
     pub scope: Option<String>,
     /// `untrusted` output is sanitised before it reaches the model.
     pub untrusted_output: bool,
+    /// Gateway: a tool of the same upstream that previews this one, called instead of it when the
+    /// gate answers with a dry run.
     pub dry_run_tool: Option<String>,
+    /// Arguments set over the call's own when `dry_run_tool` is called (e.g. `dryRun = true`).
+    pub dry_run_args: Map<String, Value>,
 }
 
 /// Policy-wide settings.
@@ -145,6 +150,10 @@ pub struct Policy {
     name: Option<String>,
     defaults: Defaults,
     tools: BTreeMap<String, ToolRule>,
+    /// Gateway: prompt names allowed through from upstreams (none by default).
+    prompts: Vec<String>,
+    /// Gateway: resource URIs allowed through; an entry ending in `*` is a prefix.
+    resources: Vec<String>,
 }
 
 /// Why a call was refused, in words the client may see and a rule name the audit can keep.
@@ -252,6 +261,8 @@ impl Policy {
             name: None,
             defaults: Defaults::default(),
             tools,
+            prompts: Vec::new(),
+            resources: Vec::new(),
         })
     }
 
@@ -296,6 +307,24 @@ impl Policy {
             name: raw.name,
             defaults,
             tools,
+            prompts: raw.passthrough.prompts,
+            resources: raw.passthrough.resources,
+        })
+    }
+
+    /// Whether the gateway passes the upstream prompt `name` through (`[passthrough] prompts`).
+    #[must_use]
+    pub fn prompt_allowed(&self, name: &str) -> bool {
+        self.prompts.iter().any(|p| p == name)
+    }
+
+    /// Whether the gateway passes the upstream resource `uri` through (`[passthrough] resources`:
+    /// exact URIs, or prefixes written with a trailing `*`).
+    #[must_use]
+    pub fn resource_allowed(&self, uri: &str) -> bool {
+        self.resources.iter().any(|r| match r.strip_suffix('*') {
+            Some(prefix) => uri.starts_with(prefix),
+            None => r == uri,
         })
     }
 
@@ -507,6 +536,7 @@ impl Policy {
                 }
             }
             if let Some(key) = &rule.idempotency_key
+                && key != "*"
                 && !properties.contains_key(key)
             {
                 return Err(invalid(
@@ -577,6 +607,7 @@ fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
         scope: raw.scope,
         untrusted_output,
         dry_run_tool: raw.dry_run_tool,
+        dry_run_args: raw.dry_run_args,
     })
 }
 

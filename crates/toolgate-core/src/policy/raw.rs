@@ -31,6 +31,18 @@ pub(super) struct RawV2 {
     pub(super) defaults: RawDefaults,
     #[serde(default)]
     pub(super) tools: BTreeMap<String, RawTool>,
+    #[serde(default)]
+    pub(super) passthrough: RawPassthrough,
+}
+
+/// Gateway: upstream prompts and resources allowed through, by name and URI.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPassthrough {
+    #[serde(default)]
+    pub(super) prompts: Vec<String>,
+    #[serde(default)]
+    pub(super) resources: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -60,6 +72,8 @@ pub(super) struct RawTool {
     pub(super) scope: Option<String>,
     pub(super) output: Option<String>,
     pub(super) dry_run_tool: Option<String>,
+    #[serde(default)]
+    pub(super) dry_run_args: serde_json::Map<String, Value>,
 }
 
 #[derive(Debug, Deserialize)]
