@@ -1,15 +1,22 @@
-//! The SQLite database shared by the approval queue, the kill switch and the medium budget.
+//! The SQLite database shared by the approval queue, the kill switch, the medium budget and the
+//! idempotency keys.
 //!
 //! Owns the file (`toolgate.db` in the data directory), its connection settings and its schema.
-//! It must not hold any rule of its own: the rules live in the statements of [`crate::approval`]
-//! and [`crate::state`], which is why every table here is shaped so that one conditional
-//! statement can enforce one rule (DESIGN.md §6).
+//! It must not hold any rule of its own: the rules live in the statements of [`crate::approval`],
+//! [`crate::state`] and [`crate::idempotency`], which is why every table here is shaped so that one
+//! conditional statement can enforce one rule (DESIGN.md §6).
 //!
 //! Several processes open this file at once (the server, and `toolgate approvals approve` in a
 //! person's terminal), so nothing here may assume it is alone: WAL lets readers run beside the one
 //! writer, `synchronous=FULL` makes every acknowledged decision survive a power cut, and the schema
 //! is created under `BEGIN IMMEDIATE` with a `user_version` check so that two first opens cannot
 //! both create it, and an older binary refuses a newer file instead of misreading it.
+//!
+//! The schema grows by numbered migrations ([`MIGRATIONS`]), each run once, in order, in the same
+//! transaction as the version check: a fresh file gets all of them in one commit, an older file
+//! is upgraded in place, and of several processes opening an old file together exactly one
+//! upgrades it. Migrations only add (tables, indexes), so a process of the previous version that
+//! opened the file before the upgrade keeps working beside it until it restarts.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -26,15 +33,18 @@ pub const DB_FILE: &str = "toolgate.db";
 /// behind each other for seconds; failing a person's decision for that would be worse than waiting.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Version written to `PRAGMA user_version` by [`SCHEMA_V1`].
-const SCHEMA_VERSION: i64 = 1;
+/// Migration `i` takes a file from `user_version` `i` to `i + 1`, and ends by writing that version.
+const MIGRATIONS: [&str; 2] = [SCHEMA_V1, SCHEMA_V2];
+
+/// The `user_version` of a file whose schema is complete: the number of migrations.
+pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// `seq` is the insertion order: "newest" means last inserted, not the largest `created_at`,
 /// because `created_at` comes from the clocks of several processes.
 ///
 /// The partial unique index is the "one pending row per call" rule: a retry of a pending call
 /// cannot open a second row, whatever the callers do. JSON columns hold serde_json text.
-const SCHEMA_V1: &str = "
+pub(crate) const SCHEMA_V1: &str = "
 CREATE TABLE approvals (
     seq             INTEGER PRIMARY KEY,
     id              TEXT    NOT NULL UNIQUE,
@@ -78,6 +88,30 @@ CREATE TABLE budget_charges (
 CREATE INDEX budget_by_principal ON budget_charges (principal, at);
 
 PRAGMA user_version = 1;
+";
+
+/// The idempotency keys of mutations forwarded upstream (see [`crate::idempotency`]).
+///
+/// The primary key is the "one claim per key" rule; `result` is present exactly when the call is
+/// done, so a replay never reads a missing result. `WITHOUT ROWID`: every lookup is by the full
+/// primary key, which is then the table itself instead of an index beside it.
+const SCHEMA_V2: &str = "
+CREATE TABLE idempotency (
+    principal   TEXT    NOT NULL,
+    tool        TEXT    NOT NULL,
+    key         TEXT    NOT NULL,
+    args_digest TEXT    NOT NULL,
+    state       TEXT    NOT NULL CHECK (state IN ('in_flight', 'done', 'in_doubt')),
+    -- Boot id of the process run that claimed the key (or took it over).
+    owner       TEXT    NOT NULL,
+    result      TEXT    CHECK ((result IS NOT NULL) = (state = 'done')),
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    PRIMARY KEY (principal, tool, key)
+) WITHOUT ROWID;
+CREATE INDEX idempotency_unresolved ON idempotency (created_at) WHERE state <> 'done';
+
+PRAGMA user_version = 2;
 ";
 
 /// Opens (creating if needed) `dir/toolgate.db` with its schema.
@@ -149,20 +183,27 @@ async fn connect_and_migrate(options: &SqliteConnectOptions) -> Result<SqlitePoo
         .idle_timeout(Duration::from_secs(30))
         .connect_with(options.clone())
         .await?;
-    // IMMEDIATE takes the write lock before reading the version, so of two first opens one
-    // creates the schema and the other then sees version 1.
+    // IMMEDIATE takes the write lock before reading the version, so of two opens of an old (or
+    // new) file one migrates it and the other then sees the current version.
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
     let (version,): (i64,) = sqlx::query_as("PRAGMA user_version")
         .fetch_one(&mut *tx)
         .await?;
-    match version {
-        0 => {
-            sqlx::raw_sql(SCHEMA_V1).execute(&mut *tx).await?;
-            tx.commit().await?;
-        }
-        SCHEMA_VERSION => tx.rollback().await?,
-        newer => return Err(Attempt::TooNew(newer)),
+    if version == SCHEMA_VERSION {
+        tx.rollback().await?;
+        return Ok(pool);
     }
+    // A negative version is no version of ours either: refuse it like a newer one.
+    let Some(pending) = usize::try_from(version)
+        .ok()
+        .and_then(|done| MIGRATIONS.get(done..))
+    else {
+        return Err(Attempt::TooNew(version));
+    };
+    for migration in pending {
+        sqlx::raw_sql(*migration).execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
     Ok(pool)
 }
 

@@ -11,5 +11,6 @@
 
 pub mod approval;
 mod db;
+pub mod idempotency;
 pub mod journal;
 pub mod state;

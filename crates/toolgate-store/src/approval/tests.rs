@@ -515,7 +515,7 @@ async fn a_newer_schema_is_refused() {
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: 1,
+                supported: crate::db::SCHEMA_VERSION,
                 ..
             }
         ),

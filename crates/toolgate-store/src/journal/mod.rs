@@ -127,6 +127,18 @@ pub(crate) enum Request {
     },
 }
 
+/// When an audit record counts as written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Synced to disk before the call it records is answered (the default).
+    #[default]
+    Synced,
+    /// Written in chain order before the answer, synced by the OS later: a power cut may lose
+    /// the last records (never reorder or corrupt them). Ledger notes are synced either way,
+    /// since their WAL frame *is* the effect.
+    Buffered,
+}
+
 /// Handle to the journal; cheap to clone, shared by every call.
 #[derive(Clone, Debug)]
 pub struct Journal {
@@ -150,6 +162,14 @@ impl Journal {
     /// The directory cannot be used, another process holds the lock, or a file is corrupt in a way
     /// a crash cannot explain (then nothing is changed and the caller must not serve).
     pub fn open(dir: &Path) -> Result<(Self, Recovery), JournalError> {
+        Self::open_with(dir, Durability::Synced)
+    }
+
+    /// [`Journal::open`] with a choice of when records count as written.
+    ///
+    /// # Errors
+    /// As for [`Journal::open`].
+    pub fn open_with(dir: &Path, durability: Durability) -> Result<(Self, Recovery), JournalError> {
         let opened = open::open(dir)?;
         let ledger = Arc::new(RwLock::new(opened.ledger));
         let head = Arc::new(RwLock::new(opened.chain.head().to_owned()));
@@ -162,6 +182,7 @@ impl Journal {
                 Arc::clone(&ledger),
                 Arc::clone(&head),
                 Arc::clone(&counters),
+                durability,
             ),
             rx,
         )?;

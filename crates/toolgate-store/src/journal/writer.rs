@@ -32,6 +32,8 @@ pub(crate) struct Writer {
     ledger: Arc<RwLock<Ledger>>,
     head: Arc<RwLock<String>>,
     counters: Arc<Counters>,
+    /// Whether records without an effect are synced before they are acknowledged.
+    sync_audit: bool,
     poisoned: bool,
 }
 
@@ -83,6 +85,7 @@ impl Writer {
         ledger: Arc<RwLock<Ledger>>,
         head: Arc<RwLock<String>>,
         counters: Arc<Counters>,
+        durability: super::Durability,
     ) -> Self {
         Self {
             files,
@@ -90,6 +93,7 @@ impl Writer {
             ledger,
             head,
             counters,
+            sync_audit: durability == super::Durability::Synced,
             poisoned: false,
         }
     }
@@ -242,7 +246,7 @@ impl Writer {
             audit_file
                 .write_all(audit)
                 .map_err(JournalError::io("cannot append to", audit_path))?;
-            if audit_needs_sync {
+            if audit_needs_sync && self.sync_audit {
                 audit_file
                     .sync_data()
                     .map_err(JournalError::io("cannot sync", audit_path))?;
