@@ -10,7 +10,9 @@ mod demo;
 mod identity;
 mod killswitch;
 mod logging;
+mod pin;
 mod policy;
+mod proxy;
 mod serve;
 
 use std::process::ExitCode;
@@ -29,6 +31,11 @@ struct Cli {
 enum Command {
     /// Serve a built-in toolset over MCP on stdin/stdout, behind the policy gate.
     Serve(serve::Args),
+    /// Put the gate in front of existing MCP servers (stdio child processes or HTTP URLs) and
+    /// serve their tools on stdin/stdout.
+    Proxy(proxy::Args),
+    /// Pin the upstreams' tool definitions in a lock file that `proxy` enforces.
+    Pin(pin::Args),
     /// Work with the audit log.
     #[command(subcommand)]
     Audit(audit::Command),
@@ -48,12 +55,13 @@ fn main() -> ExitCode {
     let _failpoints = fail::FailScenario::setup();
     let cli = Cli::parse();
     logging::init(match cli.command {
-        Command::Serve(_) => "info",
+        Command::Serve(_) | Command::Proxy(_) => "info",
         Command::Audit(_)
         | Command::Demo(_)
         | Command::Policy(_)
         | Command::Approvals(_)
-        | Command::Killswitch(_) => "warn",
+        | Command::Killswitch(_)
+        | Command::Pin(_) => "warn",
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -68,6 +76,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
+            Command::Proxy(args) => proxy::run(args).await,
+            Command::Pin(args) => pin::run(args).await,
             Command::Audit(command) => audit::run(command),
             Command::Demo(args) => demo::run(args).await,
             Command::Policy(command) => policy::run(command),

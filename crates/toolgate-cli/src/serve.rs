@@ -15,7 +15,8 @@ use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
 use toolgate_core::secret::Secret;
 use toolgate_store::approval::ApprovalStore;
-use toolgate_store::journal::Journal;
+use toolgate_store::idempotency::IdempotencyStore;
+use toolgate_store::journal::{Durability, Journal};
 use toolgate_store::state::StateStore;
 
 #[derive(Debug, clap::Args)]
@@ -52,9 +53,12 @@ pub(crate) fn check_policy(
     policy: &Policy,
     toolset: &dyn toolset::Toolset,
 ) -> anyhow::Result<Vec<String>> {
-    let schemas = toolset::schemas(toolset).map_err(|e| anyhow!(e))?;
+    let catalog = toolset.catalog();
+    if let Some((name, why)) = catalog.all_withheld().iter().next() {
+        return Err(anyhow!("tool {name}: {}", why.reason));
+    }
     policy
-        .check_tools(&toolset::argument_types(&schemas))
+        .check_tools(&catalog.argument_types())
         .context("policy does not fit the served tools")
 }
 
@@ -99,12 +103,32 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     drop((probe, scratch));
     let toolset = toolset::by_name(&args.toolset, &args.data).map_err(|e| anyhow!(e))?;
-    let redactor = redactor(&args.secret_files)?;
-    crate::logging::use_redactor(std::sync::Arc::new(redactor.clone()));
     let grace =
         Duration::try_from_secs_f64(args.grace).context("--grace must be a non-negative number")?;
-    let (journal, recovery) = Journal::open(&args.data)
-        .with_context(|| format!("cannot open data directory {}", args.data.display()))?;
+    let policy_sha256 = policy.sha256().to_owned();
+    let gate = open_gate(policy, &args.data, &args.secret_files, Durability::Synced).await?;
+    tracing::info!(
+        policy_sha256,
+        data = %args.data.display(),
+        toolset = %args.toolset,
+        head = %gate.journal().head(),
+        "toolgate serving on stdio"
+    );
+    serve_stdio(gate, Arc::from(toolset), grace).await
+}
+
+/// Everything a gate needs from the data directory: the journal (repaired after a crash), the
+/// approval queue, the state and idempotency stores; secrets for the redactor; gate switches.
+pub(crate) async fn open_gate(
+    policy: Policy,
+    data: &Path,
+    secret_files: &[PathBuf],
+    durability: Durability,
+) -> anyhow::Result<Gate> {
+    let redactor = redactor(secret_files)?;
+    crate::logging::use_redactor(std::sync::Arc::new(redactor.clone()));
+    let (journal, recovery) = Journal::open_with(data, durability)
+        .with_context(|| format!("cannot open data directory {}", data.display()))?;
     if let Some((aside, bytes)) = &recovery.torn_audit {
         tracing::warn!(moved_to = %aside.display(), bytes, "torn audit tail moved aside; recovery record appended");
     }
@@ -115,27 +139,30 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "journal repaired after a crash"
         );
     }
-    tracing::info!(
-        policy_sha256 = policy.sha256(),
-        data = %args.data.display(),
-        toolset = %args.toolset,
-        head = %journal.head(),
-        "toolgate serving on stdio"
-    );
-    let approvals = ApprovalStore::open(&args.data)
+    let approvals = ApprovalStore::open(data)
         .await
         .context("cannot open the approval queue")?;
-    let state =
-        StateStore::beside(&approvals, &args.data).context("cannot open the state store")?;
+    let state = StateStore::beside(&approvals, data).context("cannot open the state store")?;
+    let idempotency = IdempotencyStore::beside(&approvals);
     let open = open_gates(&policy);
-    let gate = Gate::new(policy, journal.clone())
+    Ok(Gate::new(policy, journal)
         .with_approvals(approvals)
         .with_state(state)
+        .with_idempotency(idempotency)
         .with_redactor(redactor)
         .with_open_gates(open)
-        .with_principal(local_principal());
+        .with_principal(local_principal()))
+}
+
+/// Serves `toolset` behind `gate` on stdio until stdin closes and the grace period ends.
+pub(crate) async fn serve_stdio(
+    gate: Gate,
+    toolset: Arc<dyn toolset::Toolset>,
+    grace: Duration,
+) -> anyhow::Result<ExitCode> {
+    let journal = gate.journal().clone();
     let sweeper = tokio::spawn(toolgate::server::audit_resolutions(gate.clone()));
-    let server = GateServer::new(gate, Arc::from(toolset)).map_err(|e| anyhow!(e))?;
+    let server = GateServer::new(gate, toolset);
     stdio::serve(server, grace)
         .await
         .context("stdio transport failed")?;

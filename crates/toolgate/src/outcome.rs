@@ -49,15 +49,17 @@ pub fn tool_error(reason: impl Into<String>, detail: Value) -> CallToolResult {
     result
 }
 
-/// The journal failed while a mutation was being committed: its outcome is not known.
+/// A mutation whose outcome is not known (`why` says what cut it off): the model must check
+/// before it tries again, and must not read it as done or as not done.
 #[must_use]
-pub fn in_doubt(tool: &str) -> CallToolResult {
+pub fn in_doubt(tool: &str, why: &str) -> CallToolResult {
     let mut result = CallToolResult::structured_error(json!({
         "status": "in_doubt",
         "error": "outcome unknown: verify before retrying",
+        "why": why,
     }));
     result.content = vec![ContentBlock::text(format!(
-        "{tool}: outcome unknown: verify before retrying (the audit journal failed while committing)"
+        "{tool}: outcome unknown: verify before retrying ({why})"
     ))];
     result
 }

@@ -14,6 +14,7 @@ use toolgate_core::policy::{Denial, Policy};
 use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
 use toolgate_store::approval::ApprovalStore;
+use toolgate_store::idempotency::IdempotencyStore;
 use toolgate_store::journal::Journal;
 use toolgate_store::state::StateStore;
 
@@ -29,6 +30,10 @@ pub struct Gate {
     redactor: Arc<Redactor>,
     open_gates: Arc<BTreeSet<String>>,
     principal: Principal,
+    idempotency: Option<IdempotencyStore>,
+    /// This process run's id, which owns the idempotency keys it claims: a key still in flight
+    /// under another run's id was cut off by a crash.
+    owner: Arc<str>,
 }
 
 impl Gate {
@@ -43,7 +48,27 @@ impl Gate {
             redactor: Arc::new(Redactor::default()),
             open_gates: Arc::new(BTreeSet::new()),
             principal: Principal::new("local:unknown"),
+            idempotency: None,
+            owner: Arc::from(toolgate_store::idempotency::boot_id()),
         }
+    }
+
+    /// Where idempotency keys are claimed; without it, a tool the policy gives a key does not run.
+    #[must_use]
+    pub fn with_idempotency(mut self, store: IdempotencyStore) -> Self {
+        self.idempotency = Some(store);
+        self
+    }
+
+    #[must_use]
+    pub fn idempotency(&self) -> Option<&IdempotencyStore> {
+        self.idempotency.as_ref()
+    }
+
+    /// This process run's id for idempotency claims.
+    #[must_use]
+    pub fn owner(&self) -> &str {
+        &self.owner
     }
 
     #[must_use]
@@ -156,11 +181,16 @@ impl Gate {
             Outcome::NotExecuted,
             &denial.rule,
         );
+        self.refuse_recorded(event, &denial, visible).await
+    }
+
+    /// Records `event` (a `deny / not_executed`) and builds the -32602 answer for `denial`.
+    pub async fn refuse_recorded(&self, event: Event, denial: &Denial, visible: bool) -> ErrorData {
         if let Err(error) = self.journal.record(event).await {
-            tracing::error!(tool, error = %error, "denial could not be audited; refusing anyway");
+            tracing::error!(tool = %denial.tool, error = %error, "denial could not be audited; refusing anyway");
         }
-        tracing::info!(tool, rule = %denial.rule, "call denied before dispatch");
-        outcome::denied(&denial, visible, self.policy.sha256())
+        tracing::info!(tool = %denial.tool, rule = %denial.rule, "call denied before dispatch");
+        outcome::denied(denial, visible, self.policy.sha256())
     }
 
     /// An audit event for a call to `tool`, naming the rule and the policy it was decided under.

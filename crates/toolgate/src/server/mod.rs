@@ -7,26 +7,28 @@
 //! `_meta`, `resultType`, -32022 and the `initialize` handshake all come from the SDK; this type
 //! narrows the version list on purpose and names itself in `serverInfo`.
 
+mod approval;
 mod corridor;
+mod execute;
 mod gate;
 mod resolutions;
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use toolgate_core::audit::{Decision, Outcome};
 
 pub use corridor::{fingerprint, now_ms, rfc3339};
 pub use gate::{Gate, request_label};
 pub use resolutions::audit_resolutions;
-
-use toolgate_core::schema::ToolSchema;
 
 use crate::toolset::Toolset;
 
@@ -44,23 +46,18 @@ pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
 pub struct GateServer {
     gate: Gate,
     toolset: Arc<dyn Toolset>,
-    schemas: Arc<BTreeMap<String, ToolSchema>>,
     inflight: crate::stdio::InFlight,
 }
 
 impl GateServer {
-    /// Compiles every tool's input schema once.
-    ///
-    /// # Errors
-    /// A tool's schema is not a valid JSON Schema for an object.
-    pub fn new(gate: Gate, toolset: Arc<dyn Toolset>) -> Result<Self, String> {
-        let schemas = crate::toolset::schemas(toolset.as_ref())?;
-        Ok(Self {
+    /// A server for `toolset`'s tools behind `gate`.
+    #[must_use]
+    pub fn new(gate: Gate, toolset: Arc<dyn Toolset>) -> Self {
+        Self {
             gate,
             toolset,
-            schemas: Arc::new(schemas),
             inflight: crate::stdio::InFlight::default(),
-        })
+        }
     }
 
     /// Counter of calls being served, which the stdio transport waits on at EOF.
@@ -74,6 +71,7 @@ impl GateServer {
     fn visible_tools(&self) -> Vec<Tool> {
         let policy = self.gate.policy();
         self.toolset
+            .catalog()
             .tools()
             .iter()
             .filter(|tool| policy.visible(&tool.name))
@@ -105,7 +103,16 @@ impl GateServer {
 
 impl ServerHandler for GateServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        let capabilities = if self.toolset.passthrough().is_some() {
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_prompts()
+                .enable_resources()
+                .build()
+        } else {
+            ServerCapabilities::builder().enable_tools().build()
+        };
+        ServerConfig::new(capabilities)
             .with_server_info(crate::implementation())
             .with_instructions(
                 "toolgate: every tool call passes a policy gate and lands in a SHA-256 chained audit log.",
@@ -131,6 +138,120 @@ impl ServerHandler for GateServer {
         Ok(result)
     }
 
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let Some(pass) = self.toolset.passthrough() else {
+            return Ok(ListPromptsResult::default());
+        };
+        let policy = self.gate.policy();
+        let prompts = pass.prompts().await.map_err(|e| self.unavailable(&e))?;
+        let allowed = prompts
+            .into_iter()
+            .filter(|p| policy.prompt_allowed(&p.name));
+        Ok(ListPromptsResult::with_all_items(allowed.collect()))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let subject = format!("prompts/get {}", request.name);
+        let allowed = self.gate.policy().prompt_allowed(&request.name);
+        let pass = self.toolset.passthrough().filter(|_| allowed);
+        let Some(pass) = pass else {
+            self.pass_audit(
+                &subject,
+                Decision::Deny,
+                Outcome::NotExecuted,
+                "passthrough.prompts",
+            )
+            .await;
+            return Err(ErrorData::invalid_params(
+                format!("prompt not found: {}", request.name),
+                None,
+            ));
+        };
+        let result = pass.get_prompt(request).await;
+        let outcome = if result.is_ok() {
+            Outcome::Observed
+        } else {
+            Outcome::Failed
+        };
+        if !self
+            .pass_audit(&subject, Decision::Allow, outcome, "passthrough.prompts")
+            .await
+        {
+            return Err(ErrorData::internal_error(
+                "the audit log is unavailable",
+                None,
+            ));
+        }
+        result
+            .map(GetPromptResponse::Complete)
+            .map_err(|e| self.unavailable(&e))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let Some(pass) = self.toolset.passthrough() else {
+            return Ok(ListResourcesResult::default());
+        };
+        let policy = self.gate.policy();
+        let resources = pass.resources().await.map_err(|e| self.unavailable(&e))?;
+        let allowed = resources
+            .into_iter()
+            .filter(|r| policy.resource_allowed(&r.uri));
+        Ok(ListResourcesResult::with_all_items(allowed.collect()))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let subject = format!("resources/read {}", request.uri);
+        let allowed = self.gate.policy().resource_allowed(&request.uri);
+        let pass = self.toolset.passthrough().filter(|_| allowed);
+        let Some(pass) = pass else {
+            self.pass_audit(
+                &subject,
+                Decision::Deny,
+                Outcome::NotExecuted,
+                "passthrough.resources",
+            )
+            .await;
+            return Err(ErrorData::invalid_params(
+                format!("resource not found: {}", request.uri),
+                None,
+            ));
+        };
+        let result = pass.read_resource(request).await;
+        let outcome = if result.is_ok() {
+            Outcome::Observed
+        } else {
+            Outcome::Failed
+        };
+        if !self
+            .pass_audit(&subject, Decision::Allow, outcome, "passthrough.resources")
+            .await
+        {
+            return Err(ErrorData::internal_error(
+                "the audit log is unavailable",
+                None,
+            ));
+        }
+        result
+            .map(ReadResourceResponse::Complete)
+            .map_err(|e| self.unavailable(&e))
+    }
+
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.visible_tools()
             .into_iter()
@@ -144,16 +265,35 @@ impl ServerHandler for GateServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let _guard = self.inflight.enter();
         let arguments = request.arguments.unwrap_or_default();
-        let corridor = corridor::Corridor {
-            gate: &self.gate,
-            toolset: self.toolset.as_ref(),
-            schemas: &self.schemas,
-        };
+        let corridor = corridor::Corridor::new(&self.gate, self.toolset.as_ref(), &request.name);
         let mut result = corridor.call(&request.name, arguments, &context).await?;
         if is_modern(&context) {
             result.meta = Some(server_meta());
         }
         Ok(CallToolResponse::Complete(result))
+    }
+}
+
+impl GateServer {
+    /// Audits a pass-through request (a prompt or a resource) like a call without arguments.
+    async fn pass_audit(
+        &self,
+        subject: &str,
+        decision: Decision,
+        outcome: Outcome,
+        rule: &str,
+    ) -> bool {
+        let event = self
+            .gate
+            .event(subject, &serde_json::Map::new(), decision, outcome, rule);
+        self.gate.record(event).await
+    }
+
+    /// A pass-through that could not be served: the reason, with secrets removed, as -32603.
+    fn unavailable(&self, why: &str) -> ErrorData {
+        let why = self.gate.redactor().redact(why).into_owned();
+        tracing::warn!(reason = %why, "pass-through request failed");
+        ErrorData::internal_error(why, None)
     }
 }
 

@@ -13,14 +13,14 @@ use serde_json::{Map, Value, json};
 use toolgate_core::audit::{Decision, Outcome};
 use toolgate_store::journal::{JournalError, Note, NoteOutcome};
 
-use super::{Call, CallFuture, Toolset};
+use super::{Call, CallFuture, Catalog, Toolset};
 use crate::outcome;
 use crate::server::Gate;
 
 /// The seed's three tools.
 #[derive(Debug)]
 pub struct Ledger {
-    tools: Vec<Tool>,
+    catalog: Arc<Catalog>,
 }
 
 #[derive(Deserialize)]
@@ -79,7 +79,9 @@ impl Ledger {
                 })),
             ),
         ];
-        Self { tools }
+        Self {
+            catalog: Arc::new(Catalog::new(tools)),
+        }
     }
 
     async fn write_note(gate: &Gate, arguments: Map<String, Value>, rule: &str) -> CallResult {
@@ -115,7 +117,9 @@ impl Ledger {
                 ),
                 json!({"request_id": request_id, "status": "conflict"}),
             ),
-            Err(JournalError::WriteFailed) => outcome::in_doubt("write_note"),
+            Err(JournalError::WriteFailed) => {
+                outcome::in_doubt("write_note", "the audit journal failed while committing")
+            }
             Err(error) => {
                 tracing::error!(error = %error, "write_note not executed: journal unavailable");
                 outcome::tool_error(
@@ -192,8 +196,8 @@ async fn parse<T: serde::de::DeserializeOwned>(
 }
 
 impl Toolset for Ledger {
-    fn tools(&self) -> &[Tool] {
-        &self.tools
+    fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog)
     }
 
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
@@ -205,7 +209,7 @@ impl Toolset for Ledger {
                 rule,
                 ..
             } = call;
-            match name {
+            let result = match name {
                 "write_note" => Self::write_note(gate, arguments, rule).await,
                 "read_ledger" => Self::read_ledger(gate, arguments, rule).await,
                 "rm_rf" => Self::rm_rf(gate, arguments, rule).await,
@@ -213,7 +217,8 @@ impl Toolset for Ledger {
                     format!("tool denied: {other}"),
                     None,
                 )),
-            }
+            };
+            Ok(result?)
         })
     }
 

@@ -4,32 +4,61 @@
 //! call the gate admitted. Each handler repeats the policy check before touching anything (defence in
 //! depth, seed 000) and makes its effect and its audit record durable before it answers.
 
+mod catalog;
 mod ledger;
 mod notes;
 mod orders;
 
-use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, Tool};
+use rmcp::model::{
+    CallToolResult, GetPromptRequestParams, GetPromptResult, ProgressToken, Prompt,
+    ReadResourceRequestParams, ReadResourceResult, Resource,
+};
+use rmcp::{ErrorData, Peer, RoleServer};
 use serde_json::{Map, Value};
 
+pub use catalog::{Catalog, Withheld};
 pub use ledger::Ledger;
 pub use notes::Notes;
 pub use orders::Orders;
 
 use tokio_util::sync::CancellationToken;
 use toolgate_core::principal::Principal;
-use toolgate_core::schema::ToolSchema;
 
 use crate::server::Gate;
 
 /// The future a toolset returns for one call.
 pub type CallFuture<'a> =
-    Pin<Box<dyn Future<Output = Result<CallToolResult, ErrorData>> + Send + 'a>>;
+    Pin<Box<dyn Future<Output = Result<CallToolResult, CallError>> + Send + 'a>>;
+
+/// Why a call produced no result of its own. The gate turns each into the answer DESIGN.md §4
+/// gives it and audits it; a toolset never has to word these itself.
+#[derive(Debug)]
+pub enum CallError {
+    /// Refused before anything was touched (a handler repeating the policy's check): answered
+    /// with this JSON-RPC error, audited `not_executed`.
+    Refused(ErrorData),
+    /// The tool failed and says so; the reason reaches the model after redaction.
+    Failed(String),
+    /// Nothing was attempted: the tool's backend (an upstream server) is not there.
+    Unavailable(String),
+    /// The call may or may not have taken effect (an upstream vanished mid-call).
+    InDoubt(String),
+}
+
+impl From<ErrorData> for CallError {
+    fn from(error: ErrorData) -> Self {
+        if error.code == rmcp::model::ErrorCode::INVALID_PARAMS {
+            Self::Refused(error)
+        } else {
+            Self::Failed(error.message.into_owned())
+        }
+    }
+}
 
 /// One admitted call, as a handler receives it.
 #[derive(Debug)]
@@ -44,12 +73,19 @@ pub struct Call<'a> {
     /// Cancelled when the client cancels the request or the tool's timeout passes; a handler that
     /// waits on anything should watch it.
     pub ct: CancellationToken,
+    /// The caller's connection, for progress notifications on this request.
+    pub peer: Option<Peer<RoleServer>>,
+    /// The caller's progress token, when it asked for progress.
+    pub progress_token: Option<ProgressToken>,
 }
+
+/// The future a toolset returns for a dry run.
+pub type DryRunFuture<'a> = Pin<Box<dyn Future<Output = Option<Value>> + Send + 'a>>;
 
 /// A set of tools served behind the gate.
 pub trait Toolset: Debug + Send + Sync + 'static {
-    /// Every registered tool, visible or not.
-    fn tools(&self) -> &[Tool];
+    /// The tools on offer now, visible or not (hiding is the gate's job). Cheap: an `Arc` clone.
+    fn catalog(&self) -> Arc<Catalog>;
 
     /// Runs a call the gate admitted. The result is what the client sees; a failure is an
     /// `isError` result with the real reason, never success text.
@@ -58,8 +94,12 @@ pub trait Toolset: Debug + Send + Sync + 'static {
     /// What the call would do, without doing anything: an object with at least `would` (a
     /// sentence) and `reversible` (bool), plus whatever sizes or targets help a person decide.
     /// `None` lets the gate synthesise a preview from the arguments and the rule.
-    fn dry_run(&self, _name: &str, _arguments: &Map<String, Value>) -> Option<Value> {
-        None
+    fn dry_run<'a>(
+        &'a self,
+        _name: &'a str,
+        _arguments: &'a Map<String, Value>,
+    ) -> DryRunFuture<'a> {
+        Box::pin(std::future::ready(None))
     }
 
     /// Whether the tool writes its own audit record together with its effect (the ledger does);
@@ -68,57 +108,34 @@ pub trait Toolset: Debug + Send + Sync + 'static {
         false
     }
 
-    /// Whether `name` is registered here.
-    fn has(&self, name: &str) -> bool {
-        self.tools().iter().any(|tool| tool.name == name)
+    /// Where the tool's effects happen, for audit records (the gateway names the upstream).
+    fn origin(&self, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// Prompts and resources from elsewhere that the server may pass through (the gateway's
+    /// upstreams); the policy decides which.
+    fn passthrough(&self) -> Option<&dyn Passthrough> {
+        None
     }
 }
 
-/// Every tool's input schema, compiled.
-///
-/// # Errors
-/// A schema is not valid JSON Schema for an object; the message names the tool.
-pub fn schemas(toolset: &dyn Toolset) -> Result<BTreeMap<String, ToolSchema>, String> {
-    toolset
-        .tools()
-        .iter()
-        .map(|tool| {
-            let schema = Value::Object((*tool.input_schema).clone());
-            ToolSchema::compile(&schema)
-                .map(|compiled| (tool.name.to_string(), compiled))
-                .map_err(|e| format!("tool {}: input schema: {e}", tool.name))
-        })
-        .collect()
+/// A boxed future of a pass-through request; the error is a sentence for the log and the client.
+pub type PassFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+
+/// Upstream prompts and resources, listed and fetched on the caller's behalf. Names and URIs are
+/// as the client sees them (prefixed when there are several upstreams).
+pub trait Passthrough: Send + Sync {
+    fn prompts(&self) -> PassFuture<'_, Vec<Prompt>>;
+    fn get_prompt(&self, params: GetPromptRequestParams) -> PassFuture<'_, GetPromptResult>;
+    fn resources(&self) -> PassFuture<'_, Vec<Resource>>;
+    fn read_resource(
+        &self,
+        params: ReadResourceRequestParams,
+    ) -> PassFuture<'_, ReadResourceResult>;
 }
 
-/// Each tool's arguments and their declared JSON types, for the policy's load-time checks.
-#[must_use]
-pub fn argument_types(
-    schemas: &BTreeMap<String, ToolSchema>,
-) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
-    schemas
-        .iter()
-        .map(|(name, schema)| {
-            let types = schema
-                .property_types()
-                .iter()
-                .map(|(arg, types)| {
-                    (
-                        arg.clone(),
-                        types.iter().map(|t| t.as_str().to_owned()).collect(),
-                    )
-                })
-                .collect();
-            (name.clone(), types)
-        })
-        .collect()
-}
-
-/// Builds the toolset named on the command line.
-///
-/// # Errors
-/// The name is not a built-in toolset; the message lists the ones there are.
-/// Toolsets that keep state put it under `data`.
+/// Builds the toolset named on the command line. Toolsets that keep state put it under `data`.
 ///
 /// # Errors
 /// The name is not a built-in toolset (the message lists the ones there are), or its state cannot

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::{Call, CallFuture, Toolset};
+use super::{Call, CallFuture, Catalog, DryRunFuture, Toolset};
 use crate::outcome;
 
 /// The schema's pattern for a note name; [`check_name`] enforces the same rule and more.
@@ -56,7 +56,7 @@ const MAX_LINE_CHARS: usize = 300;
 #[derive(Debug)]
 pub struct Notes {
     dir: PathBuf,
-    tools: Vec<Tool>,
+    catalog: Arc<Catalog>,
 }
 
 /// Why a notes call did not do what it was asked; each becomes an `isError` result.
@@ -146,7 +146,7 @@ impl Notes {
         }
         Ok(Self {
             dir,
-            tools: tools(),
+            catalog: Arc::new(Catalog::new(tools())),
         })
     }
 
@@ -497,19 +497,26 @@ impl Notes {
 }
 
 impl Toolset for Notes {
-    fn tools(&self) -> &[Tool] {
-        &self.tools
+    fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog)
     }
 
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
             call.gate.admit(call.name, &call.arguments, true).await?;
-            self.dispatch(call.name, call.arguments)
+            Ok(self.dispatch(call.name, call.arguments)?)
         })
     }
 
-    fn dry_run(&self, name: &str, arguments: &Map<String, Value>) -> Option<Value> {
+    fn dry_run<'a>(&'a self, name: &'a str, arguments: &'a Map<String, Value>) -> DryRunFuture<'a> {
+        Box::pin(std::future::ready(self.preview(name, arguments)))
+    }
+}
+
+impl Notes {
+    /// What a call would do, touching nothing; `None` for the read tools.
+    fn preview(&self, name: &str, arguments: &Map<String, Value>) -> Option<Value> {
         if name != "delete_note" {
             // The read tools change nothing; the gate's own preview describes them well enough.
             return None;
@@ -767,11 +774,8 @@ mod tests {
     }
 
     fn schema(notes: &Notes, tool: &str) -> ToolSchema {
-        let tool = notes
-            .tools()
-            .iter()
-            .find(|t| t.name == tool)
-            .expect("tool registered");
+        let catalog = notes.catalog();
+        let tool = catalog.get(tool).expect("tool registered");
         ToolSchema::compile(&Value::Object((*tool.input_schema).clone())).expect("schema compiles")
     }
 
@@ -800,12 +804,13 @@ mod tests {
     #[test]
     fn every_schema_compiles_and_is_closed() {
         let (_tmp, notes) = notes();
-        let names: Vec<&str> = notes.tools().iter().map(|t| t.name.as_ref()).collect();
+        let catalog = notes.catalog();
+        let names: Vec<&str> = catalog.tools().iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(
             names,
             ["list_notes", "read_note", "search_notes", "delete_note"]
         );
-        for tool in notes.tools() {
+        for tool in notes.catalog().tools() {
             assert_eq!(
                 tool.input_schema.get("additionalProperties"),
                 Some(&json!(false)),
@@ -814,7 +819,8 @@ mod tests {
             );
             schema(&notes, &tool.name);
         }
-        let delete = notes.tools().iter().find(|t| t.name == "delete_note");
+        let catalog = notes.catalog();
+        let delete = catalog.get("delete_note");
         let hints = delete.and_then(|t| t.annotations.clone()).expect("hints");
         assert_eq!(hints.destructive_hint, Some(true));
         assert_eq!(hints.idempotent_hint, Some(false));
@@ -913,7 +919,7 @@ mod tests {
                 assert_eq!(structured(&result)["status"], "invalid_name", "{name:?}");
             }
             let preview = notes
-                .dry_run("delete_note", &args(json!({"name": name})))
+                .preview("delete_note", &args(json!({"name": name})))
                 .expect("preview");
             assert!(
                 preview["would"]
@@ -1046,7 +1052,7 @@ mod tests {
         let listing = md_files(notes.dir());
 
         let preview = notes
-            .dry_run("delete_note", &args(json!({"name": "groceries"})))
+            .preview("delete_note", &args(json!({"name": "groceries"})))
             .expect("delete_note has a dry run");
 
         assert_eq!(fingerprint(&path), before);
@@ -1070,7 +1076,7 @@ mod tests {
         let (_tmp, notes) = notes();
         let listing = md_files(notes.dir());
         let preview = notes
-            .dry_run("delete_note", &args(json!({"name": "shopping"})))
+            .preview("delete_note", &args(json!({"name": "shopping"})))
             .expect("preview");
         assert_eq!(preview["would"], "fail: note shopping does not exist");
         assert_eq!(preview["exists"], false);
@@ -1078,7 +1084,7 @@ mod tests {
         assert_eq!(md_files(notes.dir()), listing);
         assert!(
             notes
-                .dry_run("read_note", &args(json!({"name": "trip"})))
+                .preview("read_note", &args(json!({"name": "trip"})))
                 .is_none()
         );
     }

@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::notes::{sync_dir, utc_timestamp};
-use super::{Call, CallFuture, Toolset};
+use super::{Call, CallFuture, Catalog, DryRunFuture, Toolset};
 use crate::outcome;
 
 const FIXTURE_FILE: &str = "orders-fixture.json";
@@ -77,7 +77,7 @@ const MAX_REQUEST_NOTE_CHARS: u64 = 500;
 #[derive(Debug)]
 pub struct Orders {
     dir: PathBuf,
-    tools: Vec<Tool>,
+    catalog: Arc<Catalog>,
     shop: Mutex<Shop>,
 }
 
@@ -668,7 +668,7 @@ impl Orders {
         }
         Ok(Self {
             dir: dir.to_owned(),
-            tools: tools(),
+            catalog: Arc::new(Catalog::new(tools())),
             shop: Mutex::new(shop),
         })
     }
@@ -879,20 +879,20 @@ impl Orders {
 }
 
 impl Toolset for Orders {
-    fn tools(&self) -> &[Tool] {
-        &self.tools
+    fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog)
     }
 
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
             call.gate.admit(call.name, &call.arguments, true).await?;
-            self.dispatch(call.name, call.arguments, &call.principal.sub)
+            Ok(self.dispatch(call.name, call.arguments, &call.principal.sub)?)
         })
     }
 
-    fn dry_run(&self, name: &str, arguments: &Map<String, Value>) -> Option<Value> {
-        self.preview(name, arguments)
+    fn dry_run<'a>(&'a self, name: &'a str, arguments: &'a Map<String, Value>) -> DryRunFuture<'a> {
+        Box::pin(std::future::ready(self.preview(name, arguments)))
     }
 }
 
@@ -1352,18 +1352,16 @@ mod tests {
     }
 
     fn schema(orders: &Orders, tool: &str) -> ToolSchema {
-        let tool = orders
-            .tools()
-            .iter()
-            .find(|t| t.name == tool)
-            .expect("tool registered");
+        let catalog = orders.catalog();
+        let tool = catalog.get(tool).expect("tool registered");
         ToolSchema::compile(&Value::Object((*tool.input_schema).clone())).expect("schema compiles")
     }
 
     #[test]
     fn every_schema_compiles_and_is_closed() {
         let (_tmp, orders) = shop();
-        let names: Vec<&str> = orders.tools().iter().map(|t| t.name.as_ref()).collect();
+        let catalog = orders.catalog();
+        let names: Vec<&str> = catalog.tools().iter().map(|t| t.name.as_ref()).collect();
         assert_eq!(
             names,
             [
@@ -1375,7 +1373,7 @@ mod tests {
                 "request_refund"
             ]
         );
-        for tool in orders.tools() {
+        for tool in orders.catalog().tools() {
             assert_eq!(
                 tool.input_schema.get("additionalProperties"),
                 Some(&json!(false)),
@@ -1714,7 +1712,7 @@ mod tests {
         let before = fs::read(dir.join(EFFECTS_FILE)).expect("log");
 
         let refund = orders
-            .dry_run(
+            .preview(
                 "refund",
                 &args(json!({"order_id": "ord_1001", "amount": 30})),
             )
@@ -1728,7 +1726,7 @@ mod tests {
         assert_eq!(refund["remaining_after"], 10.0);
 
         let too_much = orders
-            .dry_run(
+            .preview(
                 "refund",
                 &args(json!({"order_id": "ord_1001", "amount": 41})),
             )
@@ -1740,7 +1738,7 @@ mod tests {
         );
 
         let email = orders
-            .dry_run(
+            .preview(
                 "send_email",
                 &args(json!({"to": "lee@example.org", "subject": "Delay", "body": "Sorry."})),
             )
@@ -1753,26 +1751,26 @@ mod tests {
         assert_eq!(email["internal"], false);
 
         let request = orders
-            .dry_run(
+            .preview(
                 "request_refund",
                 &args(json!({"order_id": "ord_1002", "amount": 5, "reason": "damaged"})),
             )
             .expect("preview");
         assert_eq!(request["money_moved"], false);
         let note = orders
-            .dry_run(
+            .preview(
                 "add_note",
                 &args(json!({"order_id": "ord_1009", "note": "x"})),
             )
             .expect("preview");
         assert_eq!(note["would"], "fail: order ord_1009 not found");
         let delete = orders
-            .dry_run("delete_customer", &args(json!({"customer_id": "cus_201"})))
+            .preview("delete_customer", &args(json!({"customer_id": "cus_201"})))
             .expect("preview");
         assert_eq!(delete["known_customer"], true);
         assert!(
             orders
-                .dry_run("lookup_order", &args(json!({"order_id": "ord_1001"})))
+                .preview("lookup_order", &args(json!({"order_id": "ord_1001"})))
                 .is_none()
         );
 

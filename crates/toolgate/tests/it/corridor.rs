@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate::GateServer;
 use toolgate::outcome;
 use toolgate::server::{Gate, now_ms};
-use toolgate::toolset::{Call, CallFuture, Toolset, argument_types, schemas};
+use toolgate::toolset::{Call, CallFuture, Catalog, DryRunFuture, Toolset};
 use toolgate_core::policy::Policy;
 use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
@@ -114,7 +114,7 @@ impl Drop for Unfinished<'_> {
 /// Test-only toolset: a tool per corridor behaviour under test.
 #[derive(Debug)]
 struct Bench {
-    tools: Vec<Tool>,
+    catalog: Arc<Catalog>,
     probe: Arc<Probe>,
 }
 
@@ -155,7 +155,10 @@ impl Bench {
                 &[],
             ),
         ];
-        Self { tools, probe }
+        Self {
+            catalog: Arc::new(Catalog::new(tools)),
+            probe,
+        }
     }
 
     async fn run(&self, call: Call<'_>) -> Result<CallToolResult, ErrorData> {
@@ -228,15 +231,21 @@ impl Bench {
 }
 
 impl Toolset for Bench {
-    fn tools(&self) -> &[Tool] {
-        &self.tools
+    fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog)
     }
 
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
-        Box::pin(self.run(call))
+        Box::pin(async move { Ok(self.run(call).await?) })
     }
 
-    fn dry_run(&self, name: &str, arguments: &Map<String, Value>) -> Option<Value> {
+    fn dry_run<'a>(&'a self, name: &'a str, arguments: &'a Map<String, Value>) -> DryRunFuture<'a> {
+        Box::pin(std::future::ready(self.preview(name, arguments)))
+    }
+}
+
+impl Bench {
+    fn preview(&self, name: &str, arguments: &Map<String, Value>) -> Option<Value> {
         (name == "wipe").then(|| {
             let target = arguments.get("target").cloned().unwrap_or_default();
             json!({
@@ -400,9 +409,10 @@ async fn start(policy_text: &str, open_gates: &[&str]) -> Harness {
     let bench = Bench::new(Arc::clone(&probe));
     // The CLI's start-up check, so a policy that does not fit the tools fails here, not as a
     // puzzling test result.
-    let compiled = schemas(&bench).expect("schemas compile");
+    let catalog = bench.catalog();
+    assert!(catalog.all_withheld().is_empty(), "schemas compile");
     policy
-        .check_tools(&argument_types(&compiled))
+        .check_tools(&catalog.argument_types())
         .expect("policy fits the tools");
     let policy_sha256 = policy.sha256().to_owned();
     let open: BTreeSet<String> = open_gates.iter().map(|g| (*g).to_owned()).collect();
@@ -412,7 +422,7 @@ async fn start(policy_text: &str, open_gates: &[&str]) -> Harness {
         .with_redactor(Redactor::new(vec![Secret::new(REGISTERED)]))
         .with_open_gates(open)
         .with_principal(Principal::new("local:test"));
-    let server = GateServer::new(gate, Arc::new(bench)).expect("server");
+    let server = GateServer::new(gate, Arc::new(bench));
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         let running = server.serve(server_io).await.expect("server starts");
@@ -699,7 +709,7 @@ async fn a_gated_tool_with_its_switch_off_answers_with_the_tools_own_dry_run() {
     let Value::Object(arguments) = args else {
         unreachable!("built as an object")
     };
-    let own = Bench::new(Arc::default()).dry_run("wipe", &arguments);
+    let own = Bench::new(Arc::default()).preview("wipe", &arguments);
     assert_eq!(Some(&detail["dry_run"]), own.as_ref(), "{reply}");
     assert!(text_of(refused).contains("NOTES_ALLOW_GATED"), "{reply}");
     assert!(!h.probe.ran("wipe"), "{:?}", h.probe.events());

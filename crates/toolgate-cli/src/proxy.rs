@@ -1,0 +1,169 @@
+//! `toolgate proxy`: the gate in front of existing MCP servers (the gateway), on stdio.
+//!
+//! Upstreams come from `-- COMMAND…` (one, named by `--name`), repeated `--upstream NAME=…`, or
+//! `--config FILE`. The lock file (`--lock`, or the policy's path with `.lock` when it exists)
+//! pins tool definitions; without one the gateway says so at start and pins nothing.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use toolgate::gateway::{self, Gateway, Lock, UpstreamSpec};
+use toolgate::toolset::Toolset;
+use toolgate_store::journal::Durability;
+
+use crate::serve::{check_policy, load_policy, open_gate, serve_stdio};
+
+/// Where the upstreams are; shared by `proxy` and `pin`.
+#[derive(Debug, clap::Args)]
+pub(crate) struct Upstreams {
+    /// Upstreams from a TOML file: `[upstreams.NAME]` with `command` + `args` (+ `env`, `cwd`), or
+    /// `url` (+ `bearer_env`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// An upstream as `NAME=COMMAND ARGS…` (quoted like a shell) or `NAME=https://…/mcp`.
+    /// Repeatable; with more than one upstream, tools are named `NAME__tool`.
+    #[arg(long = "upstream", value_name = "NAME=COMMAND")]
+    upstreams: Vec<String>,
+    /// Name of the upstream given after `--` (audit records, lock file).
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+    /// The upstream to start: everything after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    command: Vec<String>,
+}
+
+impl Upstreams {
+    pub(crate) fn specs(&self) -> anyhow::Result<Vec<UpstreamSpec>> {
+        let mut specs = Vec::new();
+        if let Some(path) = &self.config {
+            specs.extend(gateway::from_file(path).map_err(|e| anyhow!(e))?);
+        }
+        for flag in &self.upstreams {
+            specs.push(gateway::from_flag(flag).map_err(|e| anyhow!(e))?);
+        }
+        if !self.command.is_empty() {
+            let name = match &self.name {
+                Some(name) => name.clone(),
+                None => default_name(&self.command[0]),
+            };
+            specs.push(gateway::from_command(&name, &self.command).map_err(|e| anyhow!(e))?);
+        }
+        if specs.is_empty() {
+            bail!("no upstream: give `-- COMMAND…`, --upstream NAME=… or --config FILE");
+        }
+        let mut names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+        names.sort_unstable();
+        if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
+            bail!("two upstreams are named {:?}", pair[0]);
+        }
+        Ok(specs)
+    }
+}
+
+/// The command's file name, reduced to the characters an upstream name may hold.
+fn default_name(program: &str) -> String {
+    let base = Path::new(program)
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let name: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(32)
+        .collect();
+    if name.trim_matches('-').is_empty() {
+        "upstream".to_owned()
+    } else {
+        name
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// Policy file (version 2 TOML, or the seed's JSON). For a gateway, `defaults.tier = "blocked"`
+    /// keeps a new upstream tool invisible until the policy names it.
+    #[arg(long, value_name = "FILE")]
+    policy: PathBuf,
+    /// Data directory: audit.jsonl and toolgate.db (approvals, kill switch, budgets,
+    /// idempotency keys). Created if missing.
+    #[arg(long, value_name = "DIR")]
+    data: PathBuf,
+    /// Lock file of pinned tool definitions (default: the policy's path with `.lock`, if it exists).
+    #[arg(long, value_name = "FILE")]
+    lock: Option<PathBuf>,
+    /// A file holding one secret to redact everywhere. Repeatable.
+    #[arg(long = "secret-file", value_name = "FILE")]
+    secret_files: Vec<PathBuf>,
+    /// Seconds to let calls already received finish after stdin closes.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    grace: f64,
+    /// `synced`: every audit record is on disk before its call is answered. `buffered`: written
+    /// in order before the answer, flushed by the OS (a power cut can lose the newest records).
+    #[arg(long, value_name = "MODE", default_value = "synced")]
+    audit: AuditMode,
+    #[command(flatten)]
+    upstreams: Upstreams,
+}
+
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum AuditMode {
+    Synced,
+    Buffered,
+}
+
+pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let policy = load_policy(&args.policy)?;
+    let specs = args.upstreams.specs()?;
+    let lock = lock_for(&args.policy, args.lock.as_deref())?;
+    let grace =
+        Duration::try_from_secs_f64(args.grace).context("--grace must be a non-negative number")?;
+    let policy_sha256 = policy.sha256().to_owned();
+    let durability = match args.audit {
+        AuditMode::Synced => Durability::Synced,
+        AuditMode::Buffered => {
+            tracing::warn!("audit records are buffered: a power cut can lose the newest ones");
+            Durability::Buffered
+        }
+    };
+    let gate = open_gate(policy, &args.data, &args.secret_files, durability).await?;
+    let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
+    let gateway = Gateway::start(specs, lock, gate.clone()).await;
+    for warning in check_policy(gate.policy(), &gateway)? {
+        tracing::warn!(%warning, "policy");
+    }
+    tracing::info!(
+        policy_sha256,
+        data = %args.data.display(),
+        upstreams = ?names,
+        tools = gateway.catalog().tools().len(),
+        head = %gate.journal().head(),
+        "toolgate proxy serving on stdio"
+    );
+    serve_stdio(gate, Arc::new(gateway), grace).await
+}
+
+/// The lock to enforce: the one named, else the policy's own if it exists, else none (said
+/// loudly: nothing is pinned).
+fn lock_for(policy: &Path, named: Option<&Path>) -> anyhow::Result<Option<Lock>> {
+    if let Some(path) = named {
+        return Lock::load(path).map(Some).map_err(|e| anyhow!(e));
+    }
+    let default = gateway::default_lock_path(policy);
+    if default.exists() {
+        return Lock::load(&default).map(Some).map_err(|e| anyhow!(e));
+    }
+    tracing::warn!(
+        expected = %default.display(),
+        "no lock file: upstream tool definitions are not pinned; run `toolgate pin` to pin them"
+    );
+    Ok(None)
+}

@@ -1,0 +1,397 @@
+//! The gateway (`toolgate proxy`): the gate in front of MCP servers someone else wrote.
+//!
+//! The upstreams' tools become a toolset like the kit's, so every call walks the same corridor
+//! (visibility, schema, tiers, gated dry runs, approvals, idempotency, audit) before anything is
+//! forwarded. What is particular to upstreams lives here: their tools change under us (restarts,
+//! `list_changed`), so the catalog is rebuilt and swapped whole; with several upstreams tool names
+//! carry the upstream's name (`NAME__tool`); pinned definitions that changed are withheld
+//! (`pins.rs`); a dry run can be asked of a tool the upstream offers for that purpose.
+
+mod pins;
+mod spec;
+mod upstream;
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    GetPromptRequestParams, GetPromptResult, Prompt, ReadResourceRequestParams, ReadResourceResult,
+    Resource, Tool,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::Notify;
+use toolgate_core::audit::{Decision, Outcome};
+
+pub use pins::{Lock, Pin, default_path as default_lock_path, definition_sha256};
+pub use spec::{Target, UpstreamSpec, from_command, from_file, from_flag};
+pub use upstream::Upstream;
+
+use crate::server::Gate;
+use crate::toolset::{Call, CallFuture, Catalog, DryRunFuture, PassFuture, Passthrough, Toolset};
+
+/// Separates the upstream's name from its tool's name when there are several upstreams.
+pub const PREFIX_SEPARATOR: &str = "__";
+
+/// How long start-up waits for every upstream's first connection attempt.
+const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(30);
+
+/// Tools of every upstream behind one gate.
+#[derive(Debug)]
+pub struct Gateway {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    upstreams: Vec<Arc<Upstream>>,
+    prefixed: bool,
+    lock: Option<Lock>,
+    gate: Gate,
+    snapshot: RwLock<Arc<Snapshot>>,
+}
+
+/// One consistent view: the catalog and where each offered name goes.
+#[derive(Debug, Default)]
+struct Snapshot {
+    catalog: Arc<Catalog>,
+    /// Offered name → (upstream index, the upstream's own tool name).
+    routes: HashMap<String, (usize, String)>,
+}
+
+impl Gateway {
+    /// Starts a supervisor per upstream, waits (bounded) for each first connection attempt, and
+    /// builds the first catalog. Upstreams that are down are retried in the background; their
+    /// tools appear when they connect.
+    pub async fn start(specs: Vec<UpstreamSpec>, lock: Option<Lock>, gate: Gate) -> Self {
+        let changed = Arc::new(Notify::new());
+        let upstreams: Vec<Arc<Upstream>> = specs
+            .into_iter()
+            .map(|spec| Upstream::new(spec, Arc::clone(&changed)))
+            .collect();
+        let prefixed = upstreams.len() > 1;
+        let inner = Arc::new(Inner {
+            upstreams,
+            prefixed,
+            lock,
+            gate,
+            snapshot: RwLock::default(),
+        });
+        for upstream in &inner.upstreams {
+            upstream.supervise();
+        }
+        for upstream in &inner.upstreams {
+            upstream.first_attempt(FIRST_CONNECT_WAIT).await;
+        }
+        inner.rebuild().await;
+        let weak = Arc::downgrade(&inner);
+        tokio::spawn(async move {
+            loop {
+                changed.notified().await;
+                let Some(inner) = weak.upgrade() else { return };
+                inner.rebuild().await;
+            }
+        });
+        Self { inner }
+    }
+
+    /// The upstreams, for status and tests.
+    #[must_use]
+    pub fn upstreams(&self) -> &[Arc<Upstream>] {
+        &self.inner.upstreams
+    }
+
+    fn snapshot(&self) -> Arc<Snapshot> {
+        Arc::clone(
+            &self
+                .inner
+                .snapshot
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
+    }
+}
+
+impl Inner {
+    /// Rebuilds the catalog from every upstream's current tools, applying pins; audits each tool
+    /// that is newly withheld.
+    async fn rebuild(&self) {
+        let mut offered = Vec::new();
+        let mut routes = HashMap::new();
+        let mut withheld = Vec::new();
+        for (index, upstream) in self.upstreams.iter().enumerate() {
+            for tool in upstream.tools().iter() {
+                let name = if self.prefixed {
+                    format!("{}{PREFIX_SEPARATOR}{}", upstream.name(), tool.name)
+                } else {
+                    tool.name.to_string()
+                };
+                let pin = self
+                    .lock
+                    .as_ref()
+                    .map_or(Pin::Matches, |lock| lock.check(upstream.name(), tool));
+                match pin {
+                    Pin::Matches => {
+                        routes.insert(name.clone(), (index, tool.name.to_string()));
+                        let mut tool = tool.clone();
+                        tool.name = name.into();
+                        offered.push(tool);
+                    }
+                    Pin::Changed { pinned, now } => withheld.push((
+                        name,
+                        upstream.name().to_owned(),
+                        "pin.changed",
+                        format!("definition changed since it was pinned (pinned {pinned}, now {now}); review it and run `toolgate pin` to accept"),
+                    )),
+                    Pin::New { now } => withheld.push((
+                        name,
+                        upstream.name().to_owned(),
+                        "pin.new",
+                        format!("not in the lock file (definition {now}); review it and run `toolgate pin` to accept"),
+                    )),
+                }
+            }
+        }
+        let mut catalog = Catalog::new(offered);
+        let before = self
+            .snapshot
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .catalog
+            .clone();
+        for (name, upstream, rule, reason) in withheld {
+            let known = before.withheld(&name).is_some_and(|w| w.reason == reason);
+            if !known {
+                tracing::warn!(tool = %name, upstream = %upstream, rule, reason = %reason, "tool withheld");
+                let event = self
+                    .gate
+                    .event(
+                        &name,
+                        &Map::new(),
+                        Decision::Deny,
+                        Outcome::NotExecuted,
+                        rule,
+                    )
+                    .with("upstream", upstream.as_str())
+                    .with("reason", reason.as_str());
+                self.gate.record(event).await;
+            }
+            catalog.withhold(&name, rule, reason);
+        }
+        for (name, why) in catalog.all_withheld() {
+            if why.rule == "schema.invalid" && before.withheld(name).is_none() {
+                tracing::warn!(tool = %name, reason = %why.reason, "tool withheld");
+            }
+        }
+        let snapshot = Snapshot {
+            catalog: Arc::new(catalog),
+            routes,
+        };
+        *self
+            .snapshot
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Arc::new(snapshot);
+    }
+}
+
+impl Toolset for Gateway {
+    fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.snapshot().catalog)
+    }
+
+    fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
+        Box::pin(async move {
+            let snapshot = self.snapshot();
+            let Some((index, tool)) = snapshot.routes.get(call.name).cloned() else {
+                return Err(crate::toolset::CallError::Unavailable(format!(
+                    "{} is no longer offered by its upstream",
+                    call.name
+                )));
+            };
+            let read_only = read_only(snapshot.catalog.get(call.name));
+            let progress = call.peer.clone().zip(call.progress_token.clone());
+            self.inner.upstreams[index]
+                .call(&tool, call.arguments, progress, read_only)
+                .await
+        })
+    }
+
+    /// The policy's `dry_run_tool` for this tool, called on the same upstream with the call's
+    /// arguments and the policy's `dry_run_args` over them. Only a tool the upstream marks
+    /// read-only, or one the policy gives `dry_run_args` (which say how to make it a preview), is
+    /// ever called this way; anything else gets the gate's synthesised preview.
+    fn dry_run<'a>(&'a self, name: &'a str, arguments: &'a Map<String, Value>) -> DryRunFuture<'a> {
+        Box::pin(async move {
+            let policy = self.inner.gate.policy();
+            let rule = policy.rule(name)?;
+            let preview_tool = rule.dry_run_tool.as_deref()?;
+            let snapshot = self.snapshot();
+            let (index, _) = snapshot.routes.get(name)?;
+            let upstream = &self.inner.upstreams[*index];
+            let offered = if self.inner.prefixed {
+                format!("{}{PREFIX_SEPARATOR}{preview_tool}", upstream.name())
+            } else {
+                preview_tool.to_owned()
+            };
+            let (_, upstream_name) = snapshot.routes.get(&offered)?;
+            let safe = read_only(snapshot.catalog.get(&offered)) || !rule.dry_run_args.is_empty();
+            if !safe {
+                tracing::warn!(
+                    tool = name,
+                    dry_run_tool = preview_tool,
+                    "dry_run_tool is neither read-only nor given dry_run_args; not called"
+                );
+                return None;
+            }
+            let mut args = arguments.clone();
+            args.extend(rule.dry_run_args.clone());
+            let timeout = rule.timeout.unwrap_or(policy.defaults().timeout);
+            let call = upstream.call(upstream_name, args, None, true);
+            let answer = match tokio::time::timeout(timeout, call).await {
+                Ok(Ok(result)) => serde_json::to_value(&result).unwrap_or(Value::Null),
+                Ok(Err(error)) => json!({"error": format!("{error:?}")}),
+                Err(_) => json!({"error": "timed out"}),
+            };
+            Some(json!({
+                "would": format!("call {name} upstream; {preview_tool} describes the effect"),
+                "reversible": Value::Null,
+                "dry_run_tool": preview_tool,
+                "preview": answer,
+            }))
+        })
+    }
+
+    fn passthrough(&self) -> Option<&dyn Passthrough> {
+        Some(self)
+    }
+
+    fn origin(&self, name: &str) -> Option<String> {
+        let snapshot = self.snapshot();
+        let index = snapshot
+            .routes
+            .get(name)
+            .map(|(index, _)| *index)
+            .or_else(|| {
+                // Withheld tools are not routed; their prefix (or the only upstream) names them.
+                match self.inner.upstreams.as_slice() {
+                    [_] => Some(0),
+                    many => many.iter().position(|u| {
+                        name.strip_prefix(u.name())
+                            .is_some_and(|rest| rest.starts_with(PREFIX_SEPARATOR))
+                    }),
+                }
+            })?;
+        Some(self.inner.upstreams[index].name().to_owned())
+    }
+}
+
+/// Whether the upstream says the tool changes nothing.
+fn read_only(tool: Option<&Tool>) -> bool {
+    tool.and_then(|t| t.annotations.as_ref())
+        .and_then(|a| a.read_only_hint)
+        .unwrap_or(false)
+}
+
+impl Gateway {
+    /// The upstream a prefixed name belongs to, and the upstream's own name for it.
+    fn route<'n>(&self, name: &'n str) -> Option<(&Arc<Upstream>, &'n str)> {
+        if !self.inner.prefixed {
+            return self.inner.upstreams.first().map(|u| (u, name));
+        }
+        self.inner.upstreams.iter().find_map(|u| {
+            name.strip_prefix(u.name())
+                .and_then(|rest| rest.strip_prefix(PREFIX_SEPARATOR))
+                .map(|own| (u, own))
+        })
+    }
+
+    fn exposed(&self, upstream: &Upstream, name: &str) -> String {
+        if self.inner.prefixed {
+            format!("{}{PREFIX_SEPARATOR}{name}", upstream.name())
+        } else {
+            name.to_owned()
+        }
+    }
+}
+
+impl Passthrough for Gateway {
+    fn prompts(&self) -> PassFuture<'_, Vec<Prompt>> {
+        Box::pin(async move {
+            let mut all = Vec::new();
+            for upstream in &self.inner.upstreams {
+                let Ok(peer) = upstream.peer() else { continue };
+                match peer.list_all_prompts().await {
+                    Ok(prompts) => all.extend(prompts.into_iter().map(|mut p| {
+                        p.name = self.exposed(upstream, &p.name);
+                        p
+                    })),
+                    // An upstream without prompts says so with an error; that is not ours.
+                    Err(error) => {
+                        tracing::debug!(upstream = upstream.name(), error = %error, "prompts/list")
+                    }
+                }
+            }
+            Ok(all)
+        })
+    }
+
+    fn get_prompt(&self, mut params: GetPromptRequestParams) -> PassFuture<'_, GetPromptResult> {
+        Box::pin(async move {
+            let name = params.name.clone();
+            let (upstream, own) = self
+                .route(&name)
+                .ok_or_else(|| format!("no prompt {name}"))?;
+            params.name = own.to_owned();
+            let peer = upstream.peer()?;
+            peer.get_prompt(params)
+                .await
+                .map_err(|e| format!("upstream {}: {e}", upstream.name()))
+        })
+    }
+
+    fn resources(&self) -> PassFuture<'_, Vec<Resource>> {
+        Box::pin(async move {
+            let mut all = Vec::new();
+            for upstream in &self.inner.upstreams {
+                let Ok(peer) = upstream.peer() else { continue };
+                match peer.list_all_resources().await {
+                    Ok(resources) => all.extend(resources),
+                    Err(error) => {
+                        tracing::debug!(upstream = upstream.name(), error = %error, "resources/list")
+                    }
+                }
+            }
+            Ok(all)
+        })
+    }
+
+    fn read_resource(
+        &self,
+        params: ReadResourceRequestParams,
+    ) -> PassFuture<'_, ReadResourceResult> {
+        Box::pin(async move {
+            // One upstream: it owns every URI. Several: the one that lists it.
+            let mut owner = None;
+            if let [only] = self.inner.upstreams.as_slice() {
+                owner = Some(only);
+            } else {
+                for upstream in &self.inner.upstreams {
+                    let Ok(peer) = upstream.peer() else { continue };
+                    if peer
+                        .list_all_resources()
+                        .await
+                        .is_ok_and(|list| list.iter().any(|r| r.uri == params.uri))
+                    {
+                        owner = Some(upstream);
+                        break;
+                    }
+                }
+            }
+            let upstream = owner.ok_or_else(|| format!("no resource {}", params.uri))?;
+            let peer = upstream.peer()?;
+            peer.read_resource(params)
+                .await
+                .map_err(|e| format!("upstream {}: {e}", upstream.name()))
+        })
+    }
+}

@@ -1,0 +1,388 @@
+//! One upstream MCP server: its connection, kept alive by a supervisor that restarts it with
+//! backoff, its last known tools, and the forwarding of one call.
+//!
+//! Either era: the connection probes `server/discover` and falls back to `initialize`
+//! (rmcp's `ClientLifecycleMode::Auto`). A crash or a closed connection marks the upstream
+//! unavailable (calls answer so, nothing is forwarded), and calls that were in flight learn that
+//! their outcome is unknown. Its tool list stays what it last was, so the caller's view does not
+//! flicker while it restarts. Progress from the upstream is routed to the caller that asked for
+//! it; a caller that cancels (or a timeout) sends `notifications/cancelled` upstream.
+
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest,
+    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId, ServerResult, Tool,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, ServiceError,
+};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, Peer, RoleClient, RoleServer};
+use serde_json::{Map, Value};
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::Notify;
+
+use super::spec::{Target, UpstreamSpec};
+use crate::toolset::CallError;
+
+/// First wait before a restart; doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A connection that lived this long resets the backoff.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// Bound on connecting (start, discover or initialize, first tools/list).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where a caller wants progress for one forwarded call: its connection and its own token.
+pub(super) type ProgressRoute = (Peer<RoleServer>, ProgressToken);
+
+type Routes = Arc<Mutex<HashMap<ProgressToken, ProgressRoute>>>;
+
+/// One upstream and its supervisor's view of it.
+#[derive(Debug)]
+pub struct Upstream {
+    spec: UpstreamSpec,
+    peer: Mutex<Option<Peer<RoleClient>>>,
+    tools: Arc<RwLock<Arc<Vec<Tool>>>>,
+    /// Why it is not connected, for the answer a call gets meanwhile.
+    down_because: Mutex<String>,
+    routes: Routes,
+    /// Told whenever this upstream's tools may have changed.
+    changed: Arc<Notify>,
+    /// Set once the first connection attempt has ended, either way.
+    tried: tokio::sync::watch::Sender<bool>,
+}
+
+impl Upstream {
+    pub(super) fn new(spec: UpstreamSpec, changed: Arc<Notify>) -> Arc<Self> {
+        Arc::new(Self {
+            spec,
+            peer: Mutex::new(None),
+            tools: Arc::new(RwLock::new(Arc::new(Vec::new()))),
+            down_because: Mutex::new("not connected yet".to_owned()),
+            routes: Arc::default(),
+            changed,
+            tried: tokio::sync::watch::channel(false).0,
+        })
+    }
+
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    /// The tools it offered last.
+    #[must_use]
+    pub fn tools(&self) -> Arc<Vec<Tool>> {
+        Arc::clone(&self.tools.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The live connection, or why there is none.
+    pub(super) fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        lock(&self.peer).clone().ok_or_else(|| {
+            let why = lock(&self.down_because).clone();
+            format!("upstream {} is not connected ({why})", self.spec.name)
+        })
+    }
+
+    /// Whether a connection is up now.
+    #[must_use]
+    pub fn connected(&self) -> bool {
+        lock(&self.peer)
+            .as_ref()
+            .is_some_and(|p| !p.is_transport_closed())
+    }
+
+    /// Waits until the first connection attempt has ended (connected or failed), at most `limit`.
+    pub async fn first_attempt(&self, limit: Duration) {
+        let mut tried = self.tried.subscribe();
+        let _ = tokio::time::timeout(limit, tried.wait_for(|t| *t)).await;
+    }
+
+    /// Connects once, reads the tools and disconnects (for `toolgate pin`).
+    ///
+    /// # Errors
+    /// The upstream could not be started, did not complete the handshake or tools/list.
+    pub async fn probe(spec: UpstreamSpec) -> Result<Vec<Tool>, String> {
+        let upstream = Self::new(spec, Arc::new(Notify::new()));
+        let service = tokio::time::timeout(CONNECT_TIMEOUT, upstream.connect())
+            .await
+            .map_err(|_| format!("it did not connect within {} s", CONNECT_TIMEOUT.as_secs()))??;
+        let _ = service.cancel().await;
+        Ok(upstream.tools().as_ref().clone())
+    }
+
+    /// Keeps the upstream connected for as long as the returned task runs.
+    pub(super) fn supervise(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let upstream = Arc::clone(self);
+        tokio::spawn(async move { upstream.run().await })
+    }
+
+    async fn run(&self) {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            let started = tokio::time::Instant::now();
+            match tokio::time::timeout(CONNECT_TIMEOUT, self.connect()).await {
+                Ok(Ok(service)) => {
+                    let peer = service.peer().clone();
+                    let version = peer
+                        .peer_info()
+                        .map(|info| info.protocol_version.to_string());
+                    tracing::info!(upstream = %self.spec.name, protocol = ?version, tools = self.tools().len(), "upstream connected");
+                    *lock(&self.peer) = Some(peer);
+                    self.tried.send_replace(true);
+                    self.changed.notify_one();
+                    let quit = service.waiting().await;
+                    *lock(&self.peer) = None;
+                    let why = format!("its connection ended ({quit:?})");
+                    tracing::warn!(upstream = %self.spec.name, reason = %why, "upstream gone; restarting");
+                    *lock(&self.down_because) = why;
+                    if started.elapsed() >= HEALTHY_AFTER {
+                        backoff = FIRST_BACKOFF;
+                    }
+                }
+                Ok(Err(why)) => {
+                    tracing::error!(upstream = %self.spec.name, error = %why, retry_in_ms = backoff.as_millis(), "upstream did not connect");
+                    *lock(&self.down_because) = why;
+                    self.tried.send_replace(true);
+                }
+                Err(_) => {
+                    let why = format!("it did not connect within {} s", CONNECT_TIMEOUT.as_secs());
+                    tracing::error!(upstream = %self.spec.name, error = %why, "upstream did not connect");
+                    *lock(&self.down_because) = why;
+                    self.tried.send_replace(true);
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(MAX_BACKOFF);
+        }
+    }
+
+    /// Starts (or dials) the upstream, agrees on a protocol era and reads its tools.
+    async fn connect(&self) -> Result<rmcp::service::RunningService<RoleClient, Handler>, String> {
+        let handler = Handler {
+            upstream: self.spec.name.clone(),
+            tools: Arc::clone(&self.tools),
+            routes: Arc::clone(&self.routes),
+            changed: Arc::clone(&self.changed),
+        };
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        };
+        let service = match &self.spec.target {
+            Target::Command {
+                program,
+                args,
+                env,
+                cwd,
+            } => {
+                let mut command = tokio::process::Command::new(program);
+                command.args(args).envs(env).kill_on_drop(true);
+                if let Some(cwd) = cwd {
+                    command.current_dir(cwd);
+                }
+                let (transport, stderr) = TokioChildProcess::builder(command)
+                    .stderr(Stdio::piped())
+                    .spawn()
+                    .map_err(|e| format!("cannot start {program}: {e}"))?;
+                if let Some(stderr) = stderr {
+                    relay_stderr(self.spec.name.clone(), stderr);
+                }
+                handler
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
+                    .map_err(|e| format!("MCP handshake failed: {e}"))?
+            }
+            Target::Http { url, .. } => {
+                return Err(format!(
+                    "{url}: Streamable HTTP upstreams are not supported by this build yet"
+                ));
+            }
+        };
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        *self.tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tools);
+        Ok(service)
+    }
+
+    /// Forwards one call. `read_only`: the tool says it changes nothing, so losing the
+    /// connection mid-call is a plain failure rather than an unknown outcome.
+    pub(super) async fn call(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+        progress: Option<ProgressRoute>,
+        read_only: bool,
+    ) -> Result<CallToolResult, CallError> {
+        let Some(peer) = lock(&self.peer).clone() else {
+            let why = lock(&self.down_because).clone();
+            return Err(CallError::Unavailable(format!(
+                "upstream {} is not connected ({why}); nothing was sent",
+                self.spec.name
+            )));
+        };
+        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let handle = peer
+            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(|e| {
+                CallError::Unavailable(format!(
+                    "upstream {} did not take the call ({e}); nothing was sent",
+                    self.spec.name
+                ))
+            })?;
+        let _route = progress
+            .map(|route| RouteGuard::new(&self.routes, handle.progress_token.clone(), route));
+        let mut cancel = CancelOnDrop {
+            peer: Some(peer),
+            id: handle.id.clone(),
+        };
+        let response = handle.await_response().await;
+        cancel.peer = None;
+        match response {
+            Ok(ServerResult::CallToolResult(result)) => Ok(result),
+            Ok(ServerResult::InputRequiredResult(_)) => Err(CallError::Failed(format!(
+                "upstream {} asked the caller for input, which the gateway does not pass through",
+                self.spec.name
+            ))),
+            Ok(ServerResult::CreateTaskResult(_)) => Err(CallError::Failed(format!(
+                "upstream {} answered with a task, which the gateway does not pass through",
+                self.spec.name
+            ))),
+            Ok(_) => Err(CallError::Failed(format!(
+                "upstream {} answered tools/call with something else",
+                self.spec.name
+            ))),
+            Err(ServiceError::McpError(error)) => Err(CallError::Failed(format!(
+                "upstream {}: {}",
+                self.spec.name, error.message
+            ))),
+            Err(error) if read_only => Err(CallError::Failed(format!(
+                "upstream {} was lost mid-call ({error})",
+                self.spec.name
+            ))),
+            Err(error) => Err(CallError::InDoubt(format!(
+                "upstream {} was lost after the call was sent ({error})",
+                self.spec.name
+            ))),
+        }
+    }
+}
+
+/// What the gateway answers an upstream with: who it is, and notifications it acts on.
+#[derive(Debug)]
+struct Handler {
+    upstream: String,
+    tools: Arc<RwLock<Arc<Vec<Tool>>>>,
+    routes: Routes,
+    changed: Arc<Notify>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(ClientCapabilities::default(), crate::implementation())
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let route = lock(&self.routes).get(&params.progress_token).cloned();
+        if let Some((peer, token)) = route {
+            let mut forwarded = params;
+            forwarded.progress_token = token;
+            let _ = peer.notify_progress(forwarded).await;
+        }
+    }
+
+    async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
+        // Re-read on a task of its own: a request awaited inside a notification handler could
+        // wait on the very loop that delivers its answer.
+        let peer = context.peer;
+        let tools = Arc::clone(&self.tools);
+        let changed = Arc::clone(&self.changed);
+        let upstream = self.upstream.clone();
+        tokio::spawn(async move {
+            match peer.list_all_tools().await {
+                Ok(list) => {
+                    tracing::info!(upstream = %upstream, tools = list.len(), "upstream tool list changed; re-read");
+                    *tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(list);
+                    changed.notify_one();
+                }
+                Err(error) => {
+                    tracing::error!(upstream = %upstream, error = %error, "tools/list after list_changed failed");
+                }
+            }
+        });
+    }
+}
+
+/// Removes a progress route when its call ends.
+struct RouteGuard {
+    routes: Routes,
+    token: ProgressToken,
+}
+
+impl RouteGuard {
+    fn new(routes: &Routes, token: ProgressToken, route: ProgressRoute) -> Self {
+        lock(routes).insert(token.clone(), route);
+        Self {
+            routes: Arc::clone(routes),
+            token,
+        }
+    }
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        lock(&self.routes).remove(&self.token);
+    }
+}
+
+/// Tells the upstream a call was abandoned (the caller cancelled, or its timeout passed).
+struct CancelOnDrop {
+    peer: Option<Peer<RoleClient>>,
+    id: RequestId,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(peer) = self.peer.take() else {
+            return;
+        };
+        let notification = CancelledNotification::new(CancelledNotificationParam::new(
+            Some(self.id.clone()),
+            Some("cancelled by the gateway's caller".to_owned()),
+        ));
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer.send_notification(notification.into()).await;
+            });
+        }
+    }
+}
+
+/// The upstream's stderr, line by line, into our own (redacting) log.
+fn relay_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
+    tokio::spawn(async move {
+        let mut lines = tokio::io::BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::info!(upstream = %upstream, "upstream stderr: {line}");
+        }
+    });
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
