@@ -21,7 +21,8 @@ use rmcp::model::{
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, ServiceError,
 };
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, Peer, RoleClient, RoleServer};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
@@ -199,10 +200,21 @@ impl Upstream {
                     .await
                     .map_err(|e| format!("MCP handshake failed: {e}"))?
             }
-            Target::Http { url, .. } => {
-                return Err(format!(
-                    "{url}: Streamable HTTP upstreams are not supported by this build yet"
-                ));
+            Target::Http { url, bearer_env } => {
+                install_tls_provider();
+                let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                if let Some(var) = bearer_env {
+                    // The upstream's own credential, from the gateway's environment; never
+                    // anything a caller of the gateway presented.
+                    let token = std::env::var(var)
+                        .map_err(|_| format!("{var} (the upstream's bearer token) is not set"))?;
+                    config = config.auth_header(token);
+                }
+                let transport = StreamableHttpClientTransport::from_config(config);
+                handler
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
+                    .map_err(|e| format!("MCP handshake with {url} failed: {e}"))?
             }
         };
         let tools = service
@@ -371,6 +383,12 @@ impl Drop for CancelOnDrop {
             });
         }
     }
+}
+
+/// HTTPS to upstreams uses rustls with ring; installed once per process (a second install is a
+/// no-op error).
+fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// The upstream's stderr, line by line, into our own (redacting) log.
