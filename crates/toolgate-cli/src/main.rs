@@ -8,6 +8,7 @@ mod approvals;
 mod audit;
 mod demo;
 mod identity;
+mod keys;
 mod killswitch;
 mod logging;
 mod pin;
@@ -43,6 +44,8 @@ enum Command {
     Demo(demo::Args),
     /// Decide pending approvals from another terminal while the server runs.
     Approvals(approvals::Args),
+    /// Idempotency keys whose outcome is unknown: list them, or forget one after checking.
+    Keys(keys::Args),
     /// Block every tool (durable; a running server obeys on its next call).
     Killswitch(killswitch::Args),
     /// Validate a policy, or explain how it decides one call.
@@ -61,7 +64,8 @@ fn main() -> ExitCode {
         | Command::Policy(_)
         | Command::Approvals(_)
         | Command::Killswitch(_)
-        | Command::Pin(_) => "warn",
+        | Command::Pin(_)
+        | Command::Keys(_) => "warn",
     });
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -78,6 +82,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
             Command::Pin(args) => pin::run(args).await,
+            Command::Keys(args) => keys::run(args).await,
             Command::Audit(command) => audit::run(command),
             Command::Demo(args) => demo::run(args).await,
             Command::Policy(command) => policy::run(command),

@@ -49,6 +49,8 @@ struct Inner {
     lock: Option<Lock>,
     gate: Gate,
     snapshot: RwLock<Arc<Snapshot>>,
+    /// Bumped when what is offered changes.
+    version: tokio::sync::watch::Sender<u64>,
 }
 
 /// One consistent view: the catalog and where each offered name goes.
@@ -76,6 +78,7 @@ impl Gateway {
             lock,
             gate,
             snapshot: RwLock::default(),
+            version: tokio::sync::watch::channel(0).0,
         });
         for upstream in &inner.upstreams {
             upstream.supervise();
@@ -183,6 +186,11 @@ impl Inner {
                 tracing::warn!(tool = %name, reason = %why.reason, "tool withheld");
             }
         }
+        let same = before.tools() == catalog.tools()
+            && before
+                .all_withheld()
+                .keys()
+                .eq(catalog.all_withheld().keys());
         let snapshot = Snapshot {
             catalog: Arc::new(catalog),
             routes,
@@ -191,6 +199,9 @@ impl Inner {
             .snapshot
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(snapshot);
+        if !same {
+            self.version.send_modify(|v| *v += 1);
+        }
     }
 }
 
@@ -263,6 +274,10 @@ impl Toolset for Gateway {
 
     fn passthrough(&self) -> Option<&dyn Passthrough> {
         Some(self)
+    }
+
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.inner.version.subscribe())
     }
 
     fn origin(&self, name: &str) -> Option<String> {

@@ -22,7 +22,7 @@ use rmcp::model::{
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
     ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use toolgate_core::audit::{Decision, Outcome};
 
@@ -103,7 +103,7 @@ impl GateServer {
 
 impl ServerHandler for GateServer {
     fn get_info(&self) -> ServerConfig {
-        let capabilities = if self.toolset.passthrough().is_some() {
+        let mut capabilities = if self.toolset.passthrough().is_some() {
             ServerCapabilities::builder()
                 .enable_tools()
                 .enable_prompts()
@@ -112,6 +112,11 @@ impl ServerHandler for GateServer {
         } else {
             ServerCapabilities::builder().enable_tools().build()
         };
+        if self.toolset.changes().is_some()
+            && let Some(tools) = capabilities.tools.as_mut()
+        {
+            tools.list_changed = Some(true);
+        }
         ServerConfig::new(capabilities)
             .with_server_info(crate::implementation())
             .with_instructions(
@@ -136,6 +141,22 @@ impl ServerHandler for GateServer {
             result.meta = Some(server_meta());
         }
         Ok(result)
+    }
+
+    /// A legacy session is open: tell it when the tools change (2026-07-28 clients re-list on
+    /// their own; `ttlMs` is 0).
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        let Some(mut changes) = self.toolset.changes() else {
+            return;
+        };
+        let peer = context.peer;
+        tokio::spawn(async move {
+            while changes.changed().await.is_ok() {
+                if peer.notify_tool_list_changed().await.is_err() {
+                    return;
+                }
+            }
+        });
     }
 
     async fn list_prompts(

@@ -113,6 +113,12 @@ pub trait Toolset: Debug + Send + Sync + 'static {
         None
     }
 
+    /// Bumped whenever the catalog changes, for toolsets whose tools can change while serving
+    /// (the gateway); the server then tells its sessions `notifications/tools/list_changed`.
+    fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Prompts and resources from elsewhere that the server may pass through (the gateway's
     /// upstreams); the policy decides which.
     fn passthrough(&self) -> Option<&dyn Passthrough> {
