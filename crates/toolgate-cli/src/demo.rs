@@ -102,6 +102,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     steps.push(verify_step("audit verify", &report));
     steps.extend(orders_scenario(&root).await?);
     steps.extend(notes_scenario(&root).await?);
+    steps.extend(gateway_scenario(&root).await?);
     let ok = steps.iter().all(|s| s.ok);
     let kept = args.keep.then(|| dir.keep());
     print(&steps, ok, &report, kept.as_deref(), args.json)?;
@@ -235,12 +236,12 @@ fn print(
     }
     writeln!(
         out,
-        "toolgate demo: the seed scenarios (000 ledger, 003 orders, 004 notes) against real `toolgate serve` children\n"
+        "toolgate demo: the seed scenarios (000 ledger, 003 orders, 004 notes) against real `toolgate serve` children,\nthen `toolgate proxy` gating an ungated MCP server it did not write\n"
     )?;
     for step in steps {
         writeln!(
             out,
-            "  {} {:<20} {}",
+            "  {} {:<24} {}",
             if step.ok { "ok  " } else { "FAIL" },
             step.name,
             step.detail
@@ -283,10 +284,15 @@ async fn connect(
     for (key, value) in envs {
         command.env(key, value);
     }
+    attach(command).await
+}
+
+/// Starts `command` (an MCP server on stdio) and connects an rmcp client in either era.
+async fn attach(command: tokio::process::Command) -> anyhow::Result<Client> {
     let (transport, _) = TokioChildProcess::builder(command)
         .stderr(Stdio::null())
         .spawn()
-        .context("cannot start `toolgate serve`")?;
+        .context("cannot start `toolgate`")?;
     let lifecycle = ClientLifecycleMode::Auto {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
         legacy_version: Some(ProtocolVersion::V_2025_11_25),
@@ -505,5 +511,115 @@ async fn notes_scenario(root: &Path) -> anyhow::Result<Vec<Step>> {
         .await
         .context("cannot stop `toolgate serve`")?;
     steps.push(verify_step("notes audit verify", &verify_dir(&data)?));
+    Ok(steps)
+}
+
+/// An MCP server that gates nothing (the notes tools under an allow-everything policy), as a
+/// third-party server would be.
+const UNGATED_NOTES: &str = "version = 2\nname = \"upstream\"\n[defaults]\ntier = \"low\"\n";
+
+/// The gateway's policy for it: only the named tools exist, reads are untrusted, delete is gated.
+const GATEWAY_POLICY: &str = r#"version = 2
+name = "notes-gateway"
+[defaults]
+tier = "blocked"
+[tools.list_notes]
+tier = "low"
+[tools.read_note]
+tier = "low"
+output = "untrusted"
+[tools.delete_note]
+tier = "low"
+gated = true
+"#;
+
+/// The gateway: `toolgate proxy` in front of a server that would delete anything it is asked to.
+/// The unnamed tool is gone, the delete answers with a dry run and touches nothing, reads arrive
+/// labelled as untrusted, and the gateway's own audit chain names the upstream.
+async fn gateway_scenario(root: &Path) -> anyhow::Result<Vec<Step>> {
+    let upstream_policy = root.join("upstream.toml");
+    let policy = root.join("gateway.toml");
+    let upstream_data = root.join("upstream-data");
+    let data = root.join("gateway-data");
+    std::fs::write(&upstream_policy, UNGATED_NOTES).context("cannot write the upstream policy")?;
+    std::fs::write(&policy, GATEWAY_POLICY).context("cannot write the gateway policy")?;
+    let note = upstream_data.join("notes").join("trip.md");
+    let exe = std::env::current_exe().context("cannot find the toolgate binary")?;
+    let mut command = tokio::process::Command::new(&exe);
+    command
+        .arg("proxy")
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--data")
+        .arg(&data)
+        .arg("--name")
+        .arg("notes")
+        .arg("--")
+        .arg(&exe)
+        .arg("serve")
+        .arg("--toolset")
+        .arg("notes")
+        .arg("--policy")
+        .arg(&upstream_policy)
+        .arg("--data")
+        .arg(&upstream_data)
+        .env("NOTES_GATEWAY_ALLOW_GATED", "");
+    let client = attach(command).await?;
+    let mut steps = Vec::new();
+
+    let tools = client
+        .peer()
+        .list_all_tools()
+        .await
+        .context("tools/list through the gateway failed")?;
+    let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    steps.push(Step {
+        name: "gateway tools/list",
+        ok: names.len() == 3 && !names.contains(&"search_notes"),
+        detail: format!("{names:?}; the upstream's search_notes is not named, so it is not there"),
+    });
+
+    let before = observe(&note);
+    let refused = call(&client, "delete_note", json!({"name": "trip"}))
+        .await
+        .context("delete_note through the gateway failed")?;
+    let after = observe(&note);
+    steps.push(Step {
+        name: "gateway gated delete",
+        ok: status(&refused) == "refused" && before == after && after.exists,
+        detail: "refused with a dry run; the upstream was never asked; note untouched".to_owned(),
+    });
+
+    let read = call(&client, "read_note", json!({"name": "trip"}))
+        .await
+        .context("read_note through the gateway failed")?;
+    let text = read
+        .content
+        .first()
+        .and_then(|c| c.as_text())
+        .map(|t| t.text.clone())
+        .unwrap_or_default();
+    steps.push(Step {
+        name: "gateway untrusted read",
+        ok: read.is_error != Some(true)
+            && text.contains("<untrusted-content source=\"upstream notes, tool read_note\">"),
+        detail: "the note arrives sanitised, inside a labelled untrusted-content envelope"
+            .to_owned(),
+    });
+    client
+        .cancel()
+        .await
+        .context("cannot stop `toolgate proxy`")?;
+
+    let report = verify_dir(&data)?;
+    let audit = std::fs::read_to_string(data.join("audit.jsonl")).unwrap_or_default();
+    let named = audit
+        .lines()
+        .filter(|l| l.contains("\"upstream\":\"notes\""))
+        .count();
+    let mut step = verify_step("gateway audit verify", &report);
+    step.ok &= named >= 2;
+    step.detail = format!("{}; {named} records name the upstream", step.detail);
+    steps.push(step);
     Ok(steps)
 }
