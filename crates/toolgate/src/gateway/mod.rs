@@ -156,6 +156,22 @@ impl Inner {
             }
         }
         let mut catalog = Catalog::new(offered);
+        // The policy is checked against each tool as the upstream describes it now: a rule that no
+        // longer fits (an argument it names is gone, a condition no longer type-checks) withholds
+        // the tool rather than being evaluated against arguments it was not written for.
+        for (name, types) in catalog.argument_types() {
+            let one = std::iter::once((name.clone(), types)).collect();
+            if let Err(error) = self.gate.policy().check_tools(&one) {
+                withheld.push((
+                    name.clone(),
+                    routes
+                        .get(&name)
+                        .map_or_else(String::new, |(i, _)| self.upstreams[*i].name().to_owned()),
+                    "policy.mismatch",
+                    format!("the policy does not fit this tool: {error}"),
+                ));
+            }
+        }
         let before = self
             .snapshot
             .read()
