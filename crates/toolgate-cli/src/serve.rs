@@ -54,9 +54,6 @@ pub(crate) fn check_policy(
     toolset: &dyn toolset::Toolset,
 ) -> anyhow::Result<Vec<String>> {
     let catalog = toolset.catalog();
-    if let Some((name, why)) = catalog.all_withheld().iter().next() {
-        return Err(anyhow!("tool {name}: {}", why.reason));
-    }
     policy
         .check_tools(&catalog.argument_types())
         .context("policy does not fit the served tools")
@@ -98,6 +95,10 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // Check against a scratch instance first: a policy that does not fit changes nothing on disk.
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
     let probe = toolset::by_name(&args.toolset, scratch.path()).map_err(|e| anyhow!(e))?;
+    // A kit toolset must offer every tool it registers (a gateway withholds instead).
+    if let Some((name, why)) = probe.catalog().all_withheld().iter().next() {
+        return Err(anyhow!("tool {name}: {}", why.reason));
+    }
     for warning in check_policy(&policy, probe.as_ref())? {
         tracing::warn!(%warning, "policy");
     }

@@ -3,6 +3,7 @@
 mod approvals;
 mod clients;
 mod crash;
+mod gateway;
 mod interop;
 mod process;
 mod tiers;

@@ -193,7 +193,11 @@ fn the_demo_runs_the_seed_scenario_and_every_check_holds() {
             "orders audit verify",
             "gated delete_note",
             "switch on",
-            "notes audit verify"
+            "notes audit verify",
+            "gateway tools/list",
+            "gateway gated delete",
+            "gateway untrusted read",
+            "gateway audit verify"
         ]
     );
     assert_eq!(report["audit"]["intact"], true);

@@ -8,6 +8,7 @@
 //! (`pins.rs`); a dry run can be asked of a tool the upstream offers for that purpose.
 
 mod pins;
+mod progress;
 mod spec;
 mod upstream;
 

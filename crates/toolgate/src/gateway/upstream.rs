@@ -6,28 +6,31 @@
 //! unavailable (calls answer so, nothing is forwarded), and calls that were in flight learn that
 //! their outcome is unknown. Its tool list stays what it last was, so the caller's view does not
 //! flicker while it restarts. Progress from the upstream is routed to the caller that asked for
-//! it; a caller that cancels (or a timeout) sends `notifications/cancelled` upstream.
+//! it (`progress.rs`); a caller that cancels (or a timeout) sends `notifications/cancelled`
+//! upstream.
 
-use std::collections::HashMap;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest,
-    ProgressNotificationParam, ProgressToken, ProtocolVersion, RequestId, ServerResult, Tool,
+    ProgressNotificationParam, ProtocolVersion, RequestId, ServerResult, Tool,
 };
 use rmcp::service::{
-    ClientLifecycleMode, ClientServiceExt, NotificationContext, PeerRequestOptions, ServiceError,
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
+    PeerRequestOptions, ServiceError,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, RoleClient, RoleServer};
+use rmcp::{ClientHandler, Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
+use super::progress::Routes;
 use super::spec::{Target, UpstreamSpec};
 use crate::toolset::CallError;
 
@@ -40,9 +43,7 @@ const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where a caller wants progress for one forwarded call: its connection and its own token.
-pub(super) type ProgressRoute = (Peer<RoleServer>, ProgressToken);
-
-type Routes = Arc<Mutex<HashMap<ProgressToken, ProgressRoute>>>;
+pub(super) type ProgressRoute = super::progress::Target;
 
 /// One upstream and its supervisor's view of it.
 #[derive(Debug)]
@@ -52,11 +53,31 @@ pub struct Upstream {
     tools: Arc<RwLock<Arc<Vec<Tool>>>>,
     /// Why it is not connected, for the answer a call gets meanwhile.
     down_because: Mutex<String>,
-    routes: Routes,
+    routes: Arc<Routes>,
     /// Told whenever this upstream's tools may have changed.
     changed: Arc<Notify>,
     /// Set once the first connection attempt has ended, either way.
     tried: tokio::sync::watch::Sender<bool>,
+    /// It answered discover with only `initialize` revisions: use `initialize` from now on.
+    legacy_only: AtomicBool,
+}
+
+/// Why a handshake did not produce a connection.
+#[derive(Debug)]
+enum Handshake {
+    /// The process could not be started, or its credentials are missing.
+    Transport(String),
+    /// The MCP handshake itself failed.
+    Failed(Box<ClientInitializeError>),
+}
+
+impl std::fmt::Display for Handshake {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Transport(why) => f.write_str(why),
+            Self::Failed(error) => write!(f, "MCP handshake failed: {error}"),
+        }
+    }
 }
 
 impl Upstream {
@@ -69,6 +90,7 @@ impl Upstream {
             routes: Arc::default(),
             changed,
             tried: tokio::sync::watch::channel(false).0,
+            legacy_only: AtomicBool::new(false),
         })
     }
 
@@ -165,18 +187,50 @@ impl Upstream {
     }
 
     /// Starts (or dials) the upstream, agrees on a protocol era and reads its tools.
+    ///
+    /// Era: `server/discover` first, falling back to `initialize` (rmcp's Auto mode). An upstream
+    /// whose discover answer lists only `initialize` revisions (an rmcp server narrowed to them
+    /// answers so, with -32022) is started again at once and spoken to with `initialize`; it is
+    /// remembered, so restarts go straight there.
     async fn connect(&self) -> Result<rmcp::service::RunningService<RoleClient, Handler>, String> {
+        let service = if self.legacy_only.load(Ordering::Relaxed) {
+            self.handshake(ClientLifecycleMode::Initialize).await
+        } else {
+            let auto = ClientLifecycleMode::Auto {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                legacy_version: Some(ProtocolVersion::V_2025_11_25),
+            };
+            match self.handshake(auto).await {
+                Err(Handshake::Failed(error)) if legacy_only(&error) => {
+                    tracing::info!(upstream = %self.spec.name, "upstream speaks only initialize revisions; reconnecting with initialize");
+                    self.legacy_only.store(true, Ordering::Relaxed);
+                    self.handshake(ClientLifecycleMode::Initialize).await
+                }
+                other => other,
+            }
+        };
+        let service = service.map_err(|e| e.to_string())?;
+        let tools = service
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        *self.tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tools);
+        Ok(service)
+    }
+
+    /// Opens the transport and runs the MCP handshake in `lifecycle`.
+    async fn handshake(
+        &self,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<rmcp::service::RunningService<RoleClient, Handler>, Handshake> {
         let handler = Handler {
             upstream: self.spec.name.clone(),
             tools: Arc::clone(&self.tools),
             routes: Arc::clone(&self.routes),
             changed: Arc::clone(&self.changed),
         };
-        let lifecycle = ClientLifecycleMode::Auto {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
-            legacy_version: Some(ProtocolVersion::V_2025_11_25),
-        };
-        let service = match &self.spec.target {
+        match &self.spec.target {
             Target::Command {
                 program,
                 args,
@@ -191,14 +245,14 @@ impl Upstream {
                 let (transport, stderr) = TokioChildProcess::builder(command)
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| format!("cannot start {program}: {e}"))?;
+                    .map_err(|e| Handshake::Transport(format!("cannot start {program}: {e}")))?;
                 if let Some(stderr) = stderr {
                     relay_stderr(self.spec.name.clone(), stderr);
                 }
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
-                    .map_err(|e| format!("MCP handshake failed: {e}"))?
+                    .map_err(|e| Handshake::Failed(Box::new(e)))
             }
             Target::Http { url, bearer_env } => {
                 install_tls_provider();
@@ -206,24 +260,20 @@ impl Upstream {
                 if let Some(var) = bearer_env {
                     // The upstream's own credential, from the gateway's environment; never
                     // anything a caller of the gateway presented.
-                    let token = std::env::var(var)
-                        .map_err(|_| format!("{var} (the upstream's bearer token) is not set"))?;
+                    let token = std::env::var(var).map_err(|_| {
+                        Handshake::Transport(format!(
+                            "{var} (the upstream's bearer token) is not set"
+                        ))
+                    })?;
                     config = config.auth_header(token);
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
-                    .map_err(|e| format!("MCP handshake with {url} failed: {e}"))?
+                    .map_err(|e| Handshake::Failed(Box::new(e)))
             }
-        };
-        let tools = service
-            .peer()
-            .list_all_tools()
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
-        *self.tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tools);
-        Ok(service)
+        }
     }
 
     /// Forwards one call. `read_only`: the tool says it changes nothing, so losing the
@@ -253,14 +303,17 @@ impl Upstream {
                     self.spec.name
                 ))
             })?;
-        let _route = progress
-            .map(|route| RouteGuard::new(&self.routes, handle.progress_token.clone(), route));
+        let route = self
+            .routes
+            .register(handle.progress_token.clone(), progress)
+            .await;
         let mut cancel = CancelOnDrop {
             peer: Some(peer),
             id: handle.id.clone(),
         };
         let response = handle.await_response().await;
         cancel.peer = None;
+        route.finish().await;
         match response {
             Ok(ServerResult::CallToolResult(result)) => Ok(result),
             Ok(ServerResult::InputRequiredResult(_)) => Err(CallError::Failed(format!(
@@ -296,7 +349,7 @@ impl Upstream {
 struct Handler {
     upstream: String,
     tools: Arc<RwLock<Arc<Vec<Tool>>>>,
-    routes: Routes,
+    routes: Arc<Routes>,
     changed: Arc<Notify>,
 }
 
@@ -310,12 +363,7 @@ impl ClientHandler for Handler {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let route = lock(&self.routes).get(&params.progress_token).cloned();
-        if let Some((peer, token)) = route {
-            let mut forwarded = params;
-            forwarded.progress_token = token;
-            let _ = peer.notify_progress(forwarded).await;
-        }
+        self.routes.deliver(params).await;
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
@@ -337,28 +385,6 @@ impl ClientHandler for Handler {
                 }
             }
         });
-    }
-}
-
-/// Removes a progress route when its call ends.
-struct RouteGuard {
-    routes: Routes,
-    token: ProgressToken,
-}
-
-impl RouteGuard {
-    fn new(routes: &Routes, token: ProgressToken, route: ProgressRoute) -> Self {
-        lock(routes).insert(token.clone(), route);
-        Self {
-            routes: Arc::clone(routes),
-            token,
-        }
-    }
-}
-
-impl Drop for RouteGuard {
-    fn drop(&mut self) {
-        lock(&self.routes).remove(&self.token);
     }
 }
 
@@ -389,6 +415,19 @@ impl Drop for CancelOnDrop {
 /// no-op error).
 fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Whether a failed discover means "this server speaks only `initialize` revisions".
+fn legacy_only(error: &ClientInitializeError) -> bool {
+    match error {
+        ClientInitializeError::NoCompatibleProtocolVersion {
+            server_supported, ..
+        } => {
+            !server_supported.is_empty()
+                && server_supported.iter().all(ProtocolVersion::has_initialize)
+        }
+        _ => false,
+    }
 }
 
 /// The upstream's stderr, line by line, into our own (redacting) log.

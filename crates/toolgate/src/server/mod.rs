@@ -19,8 +19,8 @@ use std::sync::Arc;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
     ListPromptsResult, ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, Tool,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ResultType,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -289,7 +289,12 @@ impl ServerHandler for GateServer {
         let corridor = corridor::Corridor::new(&self.gate, self.toolset.as_ref(), &request.name);
         let mut result = corridor.call(&request.name, arguments, &context).await?;
         if is_modern(&context) {
-            result.meta = Some(server_meta());
+            // Ours joins what the result carries (the gate's replay and untrusted marks).
+            let mut meta = result.meta.take().unwrap_or_default();
+            meta.0.extend(server_meta().0);
+            result.meta = Some(meta);
+            // Results from legacy upstreams have none; 2026-07-28 requires it on every result.
+            result.result_type.get_or_insert(ResultType::COMPLETE);
         }
         Ok(CallToolResponse::Complete(result))
     }
