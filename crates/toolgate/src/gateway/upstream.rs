@@ -17,7 +17,8 @@ use std::time::Duration;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
     CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest,
-    ProgressNotificationParam, ProtocolVersion, RequestId, ServerResult, Tool,
+    ProgressNotificationParam, ProtocolVersion, RequestId, ServerNotification, ServerResult,
+    SubscriptionFilter, Tool,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
@@ -157,10 +158,15 @@ impl Upstream {
                         .peer_info()
                         .map(|info| info.protocol_version.to_string());
                     tracing::info!(upstream = %self.spec.name, protocol = ?version, tools = self.tools().len(), "upstream connected");
+                    let listener =
+                        listen_for_changes(&peer, &self.tools, &self.changed, &self.spec.name);
                     *lock(&self.peer) = Some(peer);
                     self.tried.send_replace(true);
                     self.changed.notify_one();
                     let quit = service.waiting().await;
+                    if let Some(listener) = listener {
+                        listener.abort();
+                    }
                     *lock(&self.peer) = None;
                     let why = format!("its connection ended ({quit:?})");
                     tracing::warn!(upstream = %self.spec.name, reason = %why, "upstream gone; restarting");
@@ -369,23 +375,83 @@ impl ClientHandler for Handler {
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
         // Re-read on a task of its own: a request awaited inside a notification handler could
         // wait on the very loop that delivers its answer.
-        let peer = context.peer;
-        let tools = Arc::clone(&self.tools);
-        let changed = Arc::clone(&self.changed);
-        let upstream = self.upstream.clone();
-        tokio::spawn(async move {
-            match peer.list_all_tools().await {
-                Ok(list) => {
-                    tracing::info!(upstream = %upstream, tools = list.len(), "upstream tool list changed; re-read");
-                    *tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(list);
-                    changed.notify_one();
-                }
-                Err(error) => {
-                    tracing::error!(upstream = %upstream, error = %error, "tools/list after list_changed failed");
-                }
-            }
-        });
+        tokio::spawn(reread(
+            context.peer,
+            Arc::clone(&self.tools),
+            Arc::clone(&self.changed),
+            self.upstream.clone(),
+        ));
     }
+}
+
+/// Reads an upstream's tools again after it said they changed, and says so to the gateway.
+async fn reread(
+    peer: Peer<RoleClient>,
+    tools: Arc<RwLock<Arc<Vec<Tool>>>>,
+    changed: Arc<Notify>,
+    upstream: String,
+) {
+    match peer.list_all_tools().await {
+        Ok(list) => {
+            tracing::info!(upstream = %upstream, tools = list.len(), "upstream tool list changed; re-read");
+            *tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(list);
+            changed.notify_one();
+        }
+        Err(error) => {
+            tracing::error!(upstream = %upstream, error = %error, "tools/list after list_changed failed");
+        }
+    }
+}
+
+/// A 2026-07-28 upstream announces tool changes only on a `subscriptions/listen` stream: open
+/// one when it advertises `tools.listChanged`, for as long as the connection lives.
+fn listen_for_changes(
+    peer: &Peer<RoleClient>,
+    tools: &Arc<RwLock<Arc<Vec<Tool>>>>,
+    changed: &Arc<Notify>,
+    upstream: &str,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let info = peer.peer_info()?;
+    let modern = info.protocol_version.as_str() >= ProtocolVersion::V_2026_07_28.as_str();
+    let announces = info
+        .capabilities
+        .tools
+        .as_ref()
+        .and_then(|t| t.list_changed)
+        .unwrap_or(false);
+    if !(modern && announces) {
+        return None;
+    }
+    let (peer, tools, changed, upstream) = (
+        peer.clone(),
+        Arc::clone(tools),
+        Arc::clone(changed),
+        upstream.to_owned(),
+    );
+    Some(tokio::spawn(async move {
+        let filter = SubscriptionFilter::builder().tools_list_changed().build();
+        let mut subscription = match peer.listen(filter).await {
+            Ok(subscription) => subscription,
+            Err(error) => {
+                tracing::warn!(upstream = %upstream, error = %error, "subscriptions/listen refused; tool changes are seen at restart only");
+                return;
+            }
+        };
+        while let Ok(Some(notification)) = subscription.next().await {
+            if matches!(
+                notification,
+                ServerNotification::ToolListChangedNotification(_)
+            ) {
+                reread(
+                    peer.clone(),
+                    Arc::clone(&tools),
+                    Arc::clone(&changed),
+                    upstream.clone(),
+                )
+                .await;
+            }
+        }
+    }))
 }
 
 /// Tells the upstream a call was abandoned (the caller cancelled, or its timeout passed).

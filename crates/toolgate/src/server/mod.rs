@@ -20,9 +20,9 @@ use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
     ListPromptsResult, ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams,
     ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ResultType,
-    ServerCapabilities, ServerConfig, Tool,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use toolgate_core::audit::{Decision, Outcome};
 
@@ -157,6 +157,35 @@ impl ServerHandler for GateServer {
                 }
             }
         });
+    }
+
+    /// 2026-07-28 clients learn of tool changes on a `subscriptions/listen` stream (the SDK
+    /// intersects this with what the client asked for and what `get_info` advertises).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.toolset
+            .changes()
+            .map(|_| SubscriptionFilter::builder().tools_list_changed().build())
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let Some(mut changes) = self.toolset.changes() else {
+            context.cancelled().await;
+            return Ok(());
+        };
+        let sink = context.sink().clone();
+        loop {
+            tokio::select! {
+                () = context.cancelled() => return Ok(()),
+                changed = changes.changed() => {
+                    if changed.is_err() || sink.notify_tool_list_changed().await.is_err() {
+                        return Ok(());
+                    }
+                }
+            }
+        }
     }
 
     async fn list_prompts(

@@ -154,6 +154,31 @@ fn a_definition_changed_at_run_time_is_withheld_once_the_upstream_announces_it()
 }
 
 #[test]
+fn a_modern_upstreams_change_arrives_on_its_listen_stream_and_is_withheld() {
+    let bench = Bench::new("testbed.toml");
+    let up = bench.mkdir("up");
+    // 2026-07-28 only: the testbed announces the change on `subscriptions/listen` streams, which
+    // the gateway opens to every modern upstream that advertises tools.listChanged.
+    let upstream = testbed(&up, "modern");
+    bench.pin("tb", &upstream);
+    let mut proxy = bench.proxy("tb", &upstream, Era::Modern);
+    assert_ran(
+        &proxy.call("echo", json!({"text": "before"})),
+        "echo before",
+    );
+    let changed = proxy.call("set_description", json!({"text": RUG_PULL}));
+    assert_ran(&changed, "set_description");
+    assert!(text(&changed).contains("1 list_changed"), "{changed}");
+    until("echo withheld", Duration::from_secs(5), || {
+        !proxy.tool_names().iter().any(|n| n == "echo")
+    });
+    echo_refused(&mut proxy, &up);
+    proxy.close();
+    assert_pin_changed_recorded(&bench);
+    bench.assert_audit_verifies();
+}
+
+#[test]
 fn a_definition_changed_silently_at_run_time_never_reaches_the_client() {
     let bench = Bench::new("testbed.toml");
     let up = bench.mkdir("up");
