@@ -17,6 +17,7 @@ use toolgate_core::audit::{Decision, Event, Outcome};
 use toolgate_core::canonical;
 use toolgate_core::policy::{Action, Denial, Situation, Tier, Verdict};
 use toolgate_core::principal::Principal;
+use toolgate_core::sanitize;
 
 use super::Gate;
 use crate::outcome;
@@ -220,6 +221,11 @@ impl<'a> Corridor<'a> {
     ) -> Value {
         let redactor = self.gate.redactor();
         match self.toolset.dry_run(name, arguments).await {
+            // An upstream's preview is someone else's text, like its output.
+            Some(preview) if self.origin.is_some() => {
+                let mut report = sanitize::Report::default();
+                sanitize::clean_value(&preview, redactor, sanitize::DEFAULT_MAX_CHARS, &mut report)
+            }
             Some(preview) => redactor.redact_value(&preview),
             None => json!({
                 "would": format!("call {name} with the arguments below"),
