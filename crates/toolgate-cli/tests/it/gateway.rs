@@ -12,6 +12,8 @@
 mod corridor;
 mod eras;
 mod filesystem;
+mod http;
+mod interop;
 mod once;
 mod passthrough;
 mod pins;

@@ -163,13 +163,287 @@ fn check_name(name: &str) -> Result<(), String> {
 
 /// Plain HTTP only to this machine: anything else would send requests (and the upstream's
 /// credentials) in the clear.
-fn check_url(url: &str) -> Result<(), String> {
-    let local = ["http://127.0.0.1", "http://localhost", "http://[::1]"];
-    if url.starts_with("https://") || local.iter().any(|p| url.starts_with(p)) {
-        Ok(())
-    } else {
-        Err(format!(
-            "upstream URL {url:?}: use https:// (plain http only to 127.0.0.1, localhost or [::1])"
-        ))
+/// The URL is parsed, not pattern-matched: `http://127.0.0.1.example.com` and
+/// `http://localhost@example.com` are remote hosts. Credentials in the URL are refused (they would
+/// end up in logs); use `bearer_env`.
+fn check_url(text: &str) -> Result<(), String> {
+    let refuse = |why: &str| Err(format!("upstream URL {text:?}: {why}"));
+    let Ok(url) = url::Url::parse(text) else {
+        return refuse("not a URL");
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        return refuse("credentials do not belong in the URL; use bearer_env");
+    }
+    let loopback = match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => return refuse("no host"),
+    };
+    match url.scheme() {
+        "https" => Ok(()),
+        "http" if loopback => Ok(()),
+        _ => refuse("use https:// (plain http only to 127.0.0.1, localhost or [::1])"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn command(program: &str, args: &[&str]) -> Target {
+        Target::Command {
+            program: program.to_owned(),
+            args: args.iter().map(|a| (*a).to_owned()).collect(),
+            env: BTreeMap::new(),
+            cwd: None,
+        }
+    }
+
+    fn http(url: &str) -> Target {
+        Target::Http {
+            url: url.to_owned(),
+            bearer_env: None,
+        }
+    }
+
+    /// `text` as an upstream configuration file, parsed.
+    fn file(text: &str) -> Result<Vec<UpstreamSpec>, String> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("upstreams.toml");
+        std::fs::write(&path, text).expect("write config");
+        from_file(&path)
+    }
+
+    #[test]
+    fn a_flag_with_a_command_is_split_like_a_shell_would() {
+        let spec = from_flag(r#"a=cmd arg "quoted arg""#).expect("a command flag");
+        assert_eq!(spec.name, "a");
+        assert_eq!(spec.target, command("cmd", &["arg", "quoted arg"]));
+        let spec = from_flag("tb=  /bin/server --dir '/tmp/with space'  ").expect("padded");
+        assert_eq!(
+            spec.target,
+            command("/bin/server", &["--dir", "/tmp/with space"])
+        );
+    }
+
+    #[test]
+    fn a_flag_splits_at_the_first_equals_sign_only() {
+        let spec = from_flag("a=env X=1 server").expect("a command with `=` in it");
+        assert_eq!(spec.name, "a");
+        assert_eq!(spec.target, command("env", &["X=1", "server"]));
+    }
+
+    #[test]
+    fn a_flag_with_an_https_url_is_an_http_upstream() {
+        let spec = from_flag("a=https://x/mcp").expect("https");
+        assert_eq!(
+            spec,
+            UpstreamSpec {
+                name: "a".to_owned(),
+                target: http("https://x/mcp")
+            }
+        );
+    }
+
+    #[test]
+    fn plain_http_is_accepted_to_this_machine() {
+        for url in [
+            "http://127.0.0.1:1/mcp",
+            "http://localhost:8080/mcp",
+            "http://[::1]:3001/mcp",
+        ] {
+            let spec = from_flag(&format!("a={url}")).unwrap_or_else(|e| panic!("{url}: {e}"));
+            assert_eq!(spec.target, http(url), "{url}");
+        }
+    }
+
+    #[test]
+    fn plain_http_to_another_machine_is_refused() {
+        let err = from_flag("a=http://example.com/mcp").expect_err("plain http elsewhere");
+        assert!(err.contains("http://example.com/mcp"), "{err}");
+        assert!(err.contains("https://"), "{err}");
+    }
+
+    /// `check_url` compares prefixes of the URL text, so a host that merely starts with
+    /// `127.0.0.1` or `localhost`, or userinfo before a remote host, passes as local.
+    #[test]
+    fn plain_http_to_a_host_that_only_looks_local_is_refused() {
+        // Each names a host in example.com (`url::Url::host_str`, what reqwest connects to):
+        // `127.0.0.1.example.com`, `localhost.example.com`, or `example.com` after userinfo.
+        let remote = [
+            "http://127.0.0.1.example.com/mcp",
+            "http://localhost.example.com/mcp",
+            "http://127.0.0.1@example.com/mcp",
+            "http://localhost:80@example.com/mcp",
+            "http://[::1]@example.com/mcp",
+        ];
+        let accepted: Vec<&str> = remote
+            .into_iter()
+            .filter(|url| from_flag(&format!("a={url}")).is_ok())
+            .collect();
+        assert!(
+            accepted.is_empty(),
+            "accepted as local, though they send requests in the clear to example.com hosts: {accepted:?}"
+        );
+    }
+
+    #[test]
+    fn bad_names_are_refused() {
+        let too_long = "a".repeat(33);
+        for name in ["a__b", "", too_long.as_str(), "a b", "a.b", "a/b", "é"] {
+            let err = from_flag(&format!("{name}=cmd"))
+                .expect_err(&format!("name {name:?} should be refused"));
+            assert!(err.contains("upstream name"), "{name:?}: {err}");
+            assert!(
+                from_command(name, &["cmd".to_owned()]).is_err(),
+                "from_command {name:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_of_letters_digits_dashes_and_single_underscores_up_to_32_are_accepted() {
+        let longest = "a".repeat(32);
+        for name in ["a", "A-1", "my_server", "_", longest.as_str()] {
+            let spec = from_flag(&format!("{name}=cmd")).unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert_eq!(spec.name, name);
+        }
+    }
+
+    #[test]
+    fn a_flag_without_an_equals_sign_is_refused() {
+        let err = from_flag("cmd --arg").expect_err("no `=`");
+        assert!(err.contains("NAME=COMMAND"), "{err}");
+    }
+
+    #[test]
+    fn unbalanced_quotes_are_refused() {
+        for flag in [r#"a=cmd "oops"#, "a=cmd 'oops"] {
+            let err = from_flag(flag).expect_err(flag);
+            assert!(err.contains("unbalanced quotes"), "{flag}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_empty_command_is_refused() {
+        for flag in ["a=", "a=   "] {
+            let err = from_flag(flag).expect_err(flag);
+            assert!(err.contains("no command given"), "{flag:?}: {err}");
+        }
+        assert!(from_command("a", &[]).is_err());
+    }
+
+    #[test]
+    fn a_file_gives_both_shapes_by_name() {
+        let specs = file(
+            r#"
+[upstreams.tb]
+command = "/bin/testbed"
+args = ["--dir", "/tmp/up"]
+env = { TESTBED_LOG = "debug" }
+cwd = "/tmp"
+
+[upstreams.ev]
+url = "https://ev.example/mcp"
+bearer_env = "EV_TOKEN"
+
+[upstreams.local]
+url = "http://127.0.0.1:3001/mcp"
+"#,
+        )
+        .expect("a valid file");
+        assert_eq!(
+            specs,
+            [
+                UpstreamSpec {
+                    name: "ev".to_owned(),
+                    target: Target::Http {
+                        url: "https://ev.example/mcp".to_owned(),
+                        bearer_env: Some("EV_TOKEN".to_owned()),
+                    },
+                },
+                UpstreamSpec {
+                    name: "local".to_owned(),
+                    target: http("http://127.0.0.1:3001/mcp"),
+                },
+                UpstreamSpec {
+                    name: "tb".to_owned(),
+                    target: Target::Command {
+                        program: "/bin/testbed".to_owned(),
+                        args: vec!["--dir".to_owned(), "/tmp/up".to_owned()],
+                        env: BTreeMap::from([("TESTBED_LOG".to_owned(), "debug".to_owned())]),
+                        cwd: Some(PathBuf::from("/tmp")),
+                    },
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn an_empty_file_has_no_upstreams() {
+        assert_eq!(file(""), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn an_entry_with_both_or_neither_shape_or_mixed_fields_is_refused() {
+        for (what, text) in [
+            (
+                "command and url",
+                "[upstreams.x]\ncommand = \"c\"\nurl = \"https://x/mcp\"\n",
+            ),
+            ("neither", "[upstreams.x]\nargs = [\"a\"]\n"),
+            (
+                "url with args",
+                "[upstreams.x]\nurl = \"https://x/mcp\"\nargs = [\"a\"]\n",
+            ),
+            (
+                "url with env",
+                "[upstreams.x]\nurl = \"https://x/mcp\"\nenv = { A = \"1\" }\n",
+            ),
+            (
+                "url with cwd",
+                "[upstreams.x]\nurl = \"https://x/mcp\"\ncwd = \"/tmp\"\n",
+            ),
+            (
+                "command with bearer_env",
+                "[upstreams.x]\ncommand = \"c\"\nbearer_env = \"T\"\n",
+            ),
+        ] {
+            let err = file(text).expect_err(what);
+            assert!(err.contains("upstream x"), "{what}: {err}");
+            assert!(err.contains("either"), "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        for (what, text) in [
+            (
+                "in an entry",
+                "[upstreams.x]\ncommand = \"c\"\nargz = [\"a\"]\n",
+            ),
+            ("at the top", "upstream = 1\n"),
+        ] {
+            let err = file(text).expect_err(what);
+            assert!(err.contains("unknown field"), "{what}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_file_checks_names_and_urls_like_the_flag() {
+        let err = file("[upstreams.a__b]\ncommand = \"c\"\n").expect_err("bad name");
+        assert!(err.contains("upstream name"), "{err}");
+        let err =
+            file("[upstreams.x]\nurl = \"http://example.com/mcp\"\n").expect_err("plain http");
+        assert!(err.contains("https://"), "{err}");
+    }
+
+    #[test]
+    fn a_missing_file_names_its_path() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("nowhere.toml");
+        let err = from_file(&path).expect_err("missing");
+        assert!(err.contains(&path.display().to_string()), "{err}");
     }
 }

@@ -209,7 +209,7 @@ impl ServerHandler for GateServer {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let subject = format!("prompts/get {}", request.name);
+        let subject = ("prompts/get", request.name.to_string());
         let allowed = self.gate.policy().prompt_allowed(&request.name);
         let pass = self.toolset.passthrough().filter(|_| allowed);
         let Some(pass) = pass else {
@@ -266,7 +266,7 @@ impl ServerHandler for GateServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let subject = format!("resources/read {}", request.uri);
+        let subject = ("resources/read", request.uri.clone());
         let allowed = self.gate.policy().resource_allowed(&request.uri);
         let pass = self.toolset.passthrough().filter(|_| allowed);
         let Some(pass) = pass else {
@@ -333,14 +333,18 @@ impl GateServer {
     /// Audits a pass-through request (a prompt or a resource) like a call without arguments.
     async fn pass_audit(
         &self,
-        subject: &str,
+        (method, name): &(&str, String),
         decision: Decision,
         outcome: Outcome,
         rule: &str,
     ) -> bool {
-        let event = self
+        let mut event = self
             .gate
-            .event(subject, &serde_json::Map::new(), decision, outcome, rule);
+            .event(name, &serde_json::Map::new(), decision, outcome, rule);
+        (*method).clone_into(&mut event.method);
+        if let Some(upstream) = self.toolset.origin(name) {
+            event = event.with("upstream", upstream);
+        }
         self.gate.record(event).await
     }
 

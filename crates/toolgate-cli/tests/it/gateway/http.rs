@@ -1,0 +1,437 @@
+//! An upstream reached over Streamable HTTP: `@modelcontextprotocol/server-everything` in its
+//! `streamableHttp` mode on a free port of 127.0.0.1, behind `toolgate proxy --upstream NAME=URL`
+//! or `--config FILE`. The gateway governs, audits and relays it as it does a child process:
+//! tools are listed and refused by the policy, progress comes back under the caller's token, the
+//! audit names the upstream, and prompts and resources pass only when the policy names them.
+//!
+//! The everything server listens on every interface (`*:PORT`, it has no host setting); the
+//! gateway is only ever pointed at 127.0.0.1, and each test kills the server it started.
+
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::{
+    Bench, Era, Proxy, assert_ran, calls, error_code, gateway_policy, peer, testbed_bin, text,
+};
+
+/// `mcp-server-everything streamableHttp` as a child process on its own port.
+struct Everything {
+    child: Child,
+    port: u16,
+    log: std::path::PathBuf,
+}
+
+impl Everything {
+    /// Started on a free port of 127.0.0.1 and accepting connections; its output goes to `log`.
+    fn start(log: &Path) -> Self {
+        let bin = peer("node/node_modules/.bin/mcp-server-everything");
+        let port = free_port();
+        let out = std::fs::File::create(log).expect("everything log");
+        let err = out.try_clone().expect("everything log");
+        let child = Command::new(bin)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn mcp-server-everything streamableHttp");
+        let mut server = Self {
+            child,
+            port,
+            log: log.to_owned(),
+        };
+        server.wait_until_listening(Duration::from_secs(15));
+        server
+    }
+
+    /// Polls the port until it accepts a connection; fails at once if the server exited (a port
+    /// taken between our release and its bind, say).
+    fn wait_until_listening(&mut self, limit: Duration) {
+        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                panic!(
+                    "mcp-server-everything exited before listening ({status})\n{}",
+                    self.log_text()
+                );
+            }
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "mcp-server-everything did not listen on {addr} within {limit:?}\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    fn log_text(&self) -> String {
+        format!(
+            "--- everything server output ({}) ---\n{}",
+            self.log.display(),
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        )
+    }
+
+    /// Kills the server by its pid, after checking it was still serving (it did not crash
+    /// somewhere in the test).
+    fn stop(mut self) {
+        let status = self.child.try_wait().expect("try_wait");
+        assert!(
+            status.is_none(),
+            "mcp-server-everything exited during the test ({status:?})\n{}",
+            self.log_text()
+        );
+        self.child.kill().expect("kill mcp-server-everything");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Everything {
+    /// A failed test does not leave the server listening.
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A port of 127.0.0.1 that was free a moment ago: bound to port 0, read back, released.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
+
+/// `toolgate proxy` with `flags` (the upstreams) and a client of `era`.
+fn proxy(bench: &Bench, flags: &[String], era: Era) -> Proxy {
+    Proxy::start(bench.proxy_command(flags, &[]), era, &bench.log_path())
+}
+
+/// A request in the proxy's era; its whole answer.
+fn ask(proxy: &mut Proxy, method: &str, params: Value) -> Value {
+    let id = proxy.request(method, params);
+    proxy.answer(id).0
+}
+
+fn sorted(mut names: Vec<String>) -> Vec<String> {
+    names.sort();
+    names
+}
+
+/// (token, progress) of each progress notification among `messages`.
+fn progress(messages: &[Value]) -> Vec<(Value, f64)> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| {
+            (
+                m["params"]["progressToken"].clone(),
+                m["params"]["progress"].as_f64().expect("progress"),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_http_upstream_is_listed_called_refused_relayed_and_audited_by_name() {
+    let bench = Bench::new("everything.toml");
+    let server = Everything::start(&bench.path("everything.log"));
+    let flags = ["--upstream".to_owned(), format!("ev={}", server.url())];
+    let mut proxy = proxy(&bench, &flags, Era::Modern);
+
+    assert_eq!(
+        sorted(proxy.tool_names()),
+        ["echo", "trigger-long-running-operation"],
+        "only what the policy names, of the everything server's dozen and more\n{}",
+        proxy.log_tail()
+    );
+
+    let echo = proxy.call("echo", json!({"message": "over streamable http"}));
+    assert_ran(&echo, "echo over HTTP");
+    assert_eq!(text(&echo), "Echo: over streamable http", "{echo}");
+
+    // Offered by the upstream, not named by the policy.
+    for refused in ["get-env", "get-sum"] {
+        let reply = proxy.call(refused, json!({"a": 1, "b": 2}));
+        assert_eq!(error_code(&reply), Some(-32602), "{refused}: {reply}");
+    }
+
+    // Progress arrives as SSE events on the upstream's POST response; the caller gets them under
+    // the token it chose, not the one the gateway used upstream.
+    let token = json!("http-caller-token-9");
+    let call = proxy.send_call_with_meta(
+        "trigger-long-running-operation",
+        json!({"duration": 2, "steps": 4}),
+        json!({"progressToken": token}),
+    );
+    let (reply, before) = proxy.answer(call);
+    assert_ran(&reply, "trigger-long-running-operation");
+    let seen = progress(&before);
+    assert!(
+        seen.iter().all(|(t, _)| *t == token),
+        "progress under another token: {seen:?}"
+    );
+    let values: Vec<f64> = seen.iter().map(|(_, p)| *p).collect();
+    // As in passthrough.rs: every step, the last one possibly racing the answer.
+    assert!(
+        values == [1.0, 2.0, 3.0, 4.0] || values == [1.0, 2.0, 3.0],
+        "progress before the answer: {values:?}"
+    );
+    proxy.close();
+    server.stop();
+
+    let records = bench.records();
+    let calls: Vec<(String, String, String, Value)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_owned(),
+                r["decision"].as_str().unwrap_or_default().to_owned(),
+                r["outcome"].as_str().unwrap_or_default().to_owned(),
+                r["upstream"].clone(),
+            )
+        })
+        .collect();
+    let ev = json!("ev");
+    let expect = |name: &str, decision: &str, outcome: &str| {
+        (
+            name.to_owned(),
+            decision.to_owned(),
+            outcome.to_owned(),
+            ev.clone(),
+        )
+    };
+    assert_eq!(
+        calls,
+        [
+            expect("echo", "allow", "committed"),
+            expect("get-env", "deny", "not_executed"),
+            expect("get-sum", "deny", "not_executed"),
+            expect("trigger-long-running-operation", "allow", "committed"),
+        ],
+        "{records:#?}"
+    );
+    bench.assert_audit_verifies();
+}
+
+#[test]
+fn a_config_file_mixes_an_http_and_a_stdio_upstream_each_prefixed() {
+    let bench = Bench::with_policy_text(
+        "mixed.toml",
+        r#"version = 2
+name = "mixed"
+
+[defaults]
+tier = "blocked"
+timeout = "20s"
+
+[tools.ev__echo]
+tier = "low"
+
+[tools.tb__echo]
+tier = "low"
+"#,
+    );
+    let server = Everything::start(&bench.path("everything.log"));
+    let up = bench.mkdir("up");
+    let config = bench.path("upstreams.toml");
+    let config_text = format!(
+        "[upstreams.ev]\nurl = {url:?}\n\n[upstreams.tb]\ncommand = {cmd:?}\nargs = [\"--dir\", {dir:?}]\n",
+        url = server.url(),
+        cmd = testbed_bin().display().to_string(),
+        dir = up.display().to_string(),
+    );
+    std::fs::write(&config, config_text).expect("upstream config");
+    let flags = ["--config".to_owned(), config.display().to_string()];
+    let mut proxy = proxy(&bench, &flags, Era::Legacy("2025-11-25"));
+
+    assert_eq!(
+        sorted(proxy.tool_names()),
+        ["ev__echo", "tb__echo"],
+        "{}",
+        proxy.log_tail()
+    );
+    let ev = proxy.call("ev__echo", json!({"message": "to ev"}));
+    assert_ran(&ev, "ev__echo");
+    assert_eq!(text(&ev), "Echo: to ev", "{ev}");
+    let tb = proxy.call("tb__echo", json!({"text": "to tb"}));
+    assert_ran(&tb, "tb__echo");
+    assert_eq!(text(&tb), "echo: to tb", "{tb}");
+    // Unprefixed names and tools the policy does not name are refused.
+    for refused in ["echo", "ev__get-env", "tb__write_record"] {
+        let reply = proxy.call(refused, json!({"message": "x", "text": "x"}));
+        assert_eq!(error_code(&reply), Some(-32602), "{refused}: {reply}");
+    }
+    proxy.close();
+    server.stop();
+
+    assert_eq!(calls(&up), ["echo"], "the testbed received only tb__echo");
+    let records = bench.records();
+    let upstream_of = |name: &str| -> Vec<Value> {
+        records
+            .iter()
+            .filter(|r| r["name"] == name)
+            .map(|r| r["upstream"].clone())
+            .collect()
+    };
+    assert_eq!(upstream_of("ev__echo"), [json!("ev")], "{records:#?}");
+    assert_eq!(upstream_of("tb__echo"), [json!("tb")], "{records:#?}");
+    assert_eq!(upstream_of("ev__get-env"), [json!("ev")], "{records:#?}");
+    assert_eq!(
+        upstream_of("tb__write_record"),
+        [json!("tb")],
+        "{records:#?}"
+    );
+    bench.assert_audit_verifies();
+}
+
+#[test]
+fn prompts_and_resources_of_an_http_upstream_pass_only_when_the_policy_names_them() {
+    let policy = format!(
+        "{}\n[passthrough]\nprompts = [\"simple-prompt\"]\nresources = [\"demo://resource/static/*\"]\n",
+        gateway_policy("everything.toml")
+    );
+    let bench = Bench::with_policy_text("everything.toml", &policy);
+    let server = Everything::start(&bench.path("everything.log"));
+    let flags = ["--upstream".to_owned(), format!("ev={}", server.url())];
+    let mut proxy = proxy(&bench, &flags, Era::Modern);
+
+    // The everything server offers four prompts (simple, args, completable, resource).
+    let listed = ask(&mut proxy, "prompts/list", json!({}));
+    let prompts: Vec<&str> = listed["result"]["prompts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("prompts/list: {listed}\n{}", proxy.log_tail()))
+        .iter()
+        .map(|p| p["name"].as_str().expect("prompt name"))
+        .collect();
+    assert_eq!(prompts, ["simple-prompt"], "{listed}");
+
+    let got = ask(
+        &mut proxy,
+        "prompts/get",
+        json!({"name": "simple-prompt", "arguments": {}}),
+    );
+    let first = &got["result"]["messages"][0]["content"]["text"];
+    assert!(
+        first.as_str().is_some_and(|t| !t.is_empty()),
+        "prompts/get simple-prompt: {got}"
+    );
+    // Exists upstream (args-prompt needs `city`), not named by the policy.
+    let refused = ask(
+        &mut proxy,
+        "prompts/get",
+        json!({"name": "args-prompt", "arguments": {"city": "Lyon"}}),
+    );
+    assert_eq!(error_code(&refused), Some(-32602), "{refused}");
+
+    let listed = ask(&mut proxy, "resources/list", json!({}));
+    let uris: Vec<&str> = listed["result"]["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("resources/list: {listed}\n{}", proxy.log_tail()))
+        .iter()
+        .map(|r| r["uri"].as_str().expect("resource uri"))
+        .collect();
+    assert!(!uris.is_empty(), "{listed}");
+    assert!(
+        uris.iter()
+            .all(|u| u.starts_with("demo://resource/static/")),
+        "resources/list: {uris:?}"
+    );
+    let uri = "demo://resource/static/document/features.md";
+    assert!(uris.contains(&uri), "{uris:?}");
+    let read = ask(&mut proxy, "resources/read", json!({"uri": uri}));
+    let contents = &read["result"]["contents"][0];
+    assert_eq!(contents["uri"], uri, "{read}");
+    assert!(
+        contents["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("# Everything Server")),
+        "resources/read {uri}: {read}"
+    );
+    // A resource the upstream serves from a template, outside the policy's prefix.
+    let refused = ask(
+        &mut proxy,
+        "resources/read",
+        json!({"uri": "demo://resource/dynamic/text/1"}),
+    );
+    assert_eq!(error_code(&refused), Some(-32602), "{refused}");
+    proxy.close();
+    server.stop();
+
+    let records = bench.records();
+    let passes: Vec<(&str, &str, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default(),
+                r["decision"].as_str().unwrap_or_default(),
+                r["rule"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        passes,
+        [
+            ("simple-prompt", "allow", "passthrough.prompts"),
+            ("args-prompt", "deny", "passthrough.prompts"),
+            (
+                "demo://resource/static/document/features.md",
+                "allow",
+                "passthrough.resources"
+            ),
+            (
+                "demo://resource/dynamic/text/1",
+                "deny",
+                "passthrough.resources"
+            ),
+        ],
+        "{records:#?}"
+    );
+    bench.assert_audit_verifies();
+}
+
+/// Pass-through records name their own method (`prompts/get`, `resources/read`), the prompt or
+/// resource as `name`, and the upstream, like the gateway's tool-call records.
+#[test]
+fn pass_through_audit_records_name_their_own_method_and_upstream() {
+    let policy = format!(
+        "{}\n[passthrough]\nprompts = [\"simple-prompt\"]\nresources = [\"demo://resource/static/*\"]\n",
+        gateway_policy("everything.toml")
+    );
+    let bench = Bench::with_policy_text("everything.toml", &policy);
+    let server = Everything::start(&bench.path("everything.log"));
+    let flags = ["--upstream".to_owned(), format!("ev={}", server.url())];
+    let mut proxy = proxy(&bench, &flags, Era::Modern);
+    let got = ask(&mut proxy, "prompts/get", json!({"name": "simple-prompt"}));
+    assert!(got.get("result").is_some(), "{got}");
+    let uri = "demo://resource/static/document/features.md";
+    let read = ask(&mut proxy, "resources/read", json!({"uri": uri}));
+    assert!(read.get("result").is_some(), "{read}");
+    proxy.close();
+    server.stop();
+
+    let records = bench.records();
+    let seen: Vec<(Value, Value)> = records
+        .iter()
+        .map(|r| (r["method"].clone(), r["upstream"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (json!("prompts/get"), json!("ev")),
+            (json!("resources/read"), json!("ev")),
+        ],
+        "{records:#?}"
+    );
+}
