@@ -35,106 +35,36 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import tomllib
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
-try:
-    import anyio
-    from mcp.client import Client
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-    from mcp.shared.exceptions import MCPError
-    from mcp.shared.message import SessionMessage
-except ImportError as err:
-    print(f"the official Python SDK is missing: pip install 'mcp>=2.1.1' ({err})", file=sys.stderr)
-    sys.exit(2)
+# The SDK's names come through sdk_harness: importing it exits 2 if the SDK is missing.
+from sdk_harness import (
+    MODES,
+    Client,
+    StdioServerParameters,
+    Transcript,
+    anyio,
+    check,
+    check_negotiation,
+    check_tool_list,
+    connect,
+    executable,
+    expect_rpc_error,
+    messages,
+    run_checks,
+    sdk_version,
+)
 
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "gateway" / "testbed-keys.toml"
 # What testbed-keys.toml lets through; the testbed offers more (delete_record, hang, ...).
 EXPECTED_TOOLS = {"echo", "write_record", "slow", "crash_after_write"}
 BLOCKED_TOOL = "delete_record"
 UPSTREAM = "tb"
-INVALID_PARAMS = -32602
-MODERN = "2026-07-28"
-# The handshake-era revisions toolgate accepts on initialize.
-LEGACY = {"2025-11-25", "2025-06-18", "2025-03-26", "2024-11-05"}
 STATUS = "io.toolgate/status"
 SLOW_STEPS = 3
-
-
-class CheckFailed(Exception):
-    """A property of the gateway that the Python client observed not to hold."""
-
-
-def check(cond: bool, message: str) -> None:
-    # Not `assert`: `python3 -O` would strip the checks and report success.
-    if not cond:
-        raise CheckFailed(message)
-
-
-Transcript = list[tuple[str, str]]
-
-
-@asynccontextmanager
-async def tapped_stdio(
-    params: StdioServerParameters, errlog: TextIO, transcript: Transcript
-) -> AsyncIterator[tuple[Any, Any]]:
-    """The SDK's own stdio transport with a passive relay that records every message.
-
-    A failed check is only actionable with the exact exchange that led to it; the relay
-    forwards each message unchanged, so the SDK sees what it would see without it.
-    """
-    async with stdio_client(params, errlog=errlog) as (server_read, server_write):
-        to_client, client_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        client_write, from_client = anyio.create_memory_object_stream[SessionMessage](0)
-
-        async def upstream() -> None:
-            async with from_client, server_write:
-                async for msg in from_client:
-                    transcript.append(("->", _dump(msg)))
-                    await server_write.send(msg)
-
-        async def downstream() -> None:
-            async with to_client:
-                async for msg in server_read:
-                    transcript.append(("<-", _dump(msg)))
-                    await to_client.send(msg)
-
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(upstream)
-            tg.start_soon(downstream)
-            try:
-                yield client_read, client_write
-            finally:
-                tg.cancel_scope.cancel()
-
-
-def _dump(msg: SessionMessage | Exception) -> str:
-    if isinstance(msg, Exception):
-        return f"<unparseable line: {msg!r}>"
-    return msg.message.model_dump_json(by_alias=True, exclude_unset=True)
-
-
-def messages(transcript: Transcript, direction: str) -> list[dict[str, Any]]:
-    found = []
-    for d, line in transcript:
-        if d != direction:
-            continue
-        try:
-            found.append(json.loads(line))
-        except ValueError:
-            continue
-    return found
-
-
-def answered(transcript: Transcript, method: str) -> bool:
-    """Whether a `method` request went out and a success result came back for its id."""
-    ids = {m["id"] for m in messages(transcript, "->") if m.get("method") == method and "id" in m}
-    return any(m.get("id") in ids and "result" in m for m in messages(transcript, "<-"))
 
 
 def json_lines(path: Path) -> list[dict[str, Any]]:
@@ -163,28 +93,9 @@ def text_of(result: Any) -> str | None:
 async def scenario(
     client: Client, mode: str, up: Path, transcript: Transcript, summary: dict[str, Any]
 ) -> None:
-    version = client.protocol_version
-    summary["protocol_version"] = version
-    info = client.server_info
-    summary["server_info"] = {"name": info.name, "version": info.version} if info else None
-    if mode == "legacy":
-        check(version in LEGACY, f"legacy mode negotiated {version!r}, expected one of {sorted(LEGACY)}")
-        check(answered(transcript, "initialize"), "legacy mode: initialize was not answered with a result")
-    else:
-        check(version == MODERN, f"{mode} mode negotiated {version!r}, expected {MODERN}")
-    if mode == "auto":
-        # The SDK falls back to initialize on any discover error, so a broken discover would
-        # otherwise pass quietly as a legacy connection.
-        check(answered(transcript, "server/discover"), "auto mode: server/discover was not answered with a result")
-        check(not answered(transcript, "initialize"), "auto mode fell back to initialize after discover")
-
+    check_negotiation(client, mode, transcript, summary)
     # tools/list: exactly what the policy names, nothing the testbed offers beyond it.
-    listing = await client.list_tools()
-    names = [tool.name for tool in listing.tools]
-    summary["tools"] = sorted(names)
-    check(len(names) == len(set(names)), f"tools/list repeats a name: {names}")
-    check(set(names) == EXPECTED_TOOLS, f"tools/list gave {sorted(names)}, expected {sorted(EXPECTED_TOOLS)}")
-    check(listing.next_cursor is None, f"tools/list paginated unexpectedly: nextCursor={listing.next_cursor!r}")
+    summary["tools"] = sorted(await check_tool_list(client, EXPECTED_TOOLS))
 
     # A low-tier tool runs; non-ASCII on purpose.
     said = f"through the gateway in {mode} mode: café ✓"
@@ -198,18 +109,8 @@ async def scenario(
     summary["echo"] = text_of(echo)
 
     # A tool the policy does not name: refused as invalid params, and nothing reaches the upstream.
-    try:
-        result = await client.call_tool(BLOCKED_TOOL, {"id": "nope"})
-    except MCPError as err:
-        check(
-            err.code == INVALID_PARAMS,
-            f"{BLOCKED_TOOL}: expected JSON-RPC error {INVALID_PARAMS}, got {err.code} ({err.message})",
-        )
-        summary["blocked_error"] = {"code": err.code, "message": err.message}
-    else:
-        raise CheckFailed(
-            f"{BLOCKED_TOOL}: expected JSON-RPC error {INVALID_PARAMS}, got a result: {result.model_dump(by_alias=True)}"
-        )
+    err = await expect_rpc_error(client, BLOCKED_TOOL, {"id": "nope"})
+    summary["blocked_error"] = {"code": err.code, "message": err.message}
     check(BLOCKED_TOOL not in calls_log(up), f"{BLOCKED_TOOL} reached the upstream: calls.log {calls_log(up)}")
 
     # The same idempotency key twice: one effect, the second answer a marked replay.
@@ -311,18 +212,9 @@ def check_policy(policy: Path) -> None:
     )
 
 
-def first_failure(err: BaseException) -> BaseException:
-    """The exception worth reporting, dug out of the task groups the SDK nests it in."""
-    if isinstance(err, BaseExceptionGroup):
-        inner = [first_failure(e) for e in err.exceptions]
-        return next((e for e in inner if isinstance(e, CheckFailed)), inner[0])
-    return err
-
-
 async def run(toolgate: str, testbed: str, policy_src: Path, mode: str, work: Path, timeout: float) -> int:
-    summary: dict[str, Any] = {"ok": False, "mode": mode, "sdk_version": _sdk_version(), "work": str(work)}
+    summary: dict[str, Any] = {"ok": False, "mode": mode, "sdk_version": sdk_version(), "work": str(work)}
     transcript: Transcript = []
-    started = time.monotonic()
     data, up = work / "data", work / "up"
     up.mkdir(parents=True, exist_ok=True)
     # A copy, so the gateway never picks up a lock file someone left beside the shipped policy.
@@ -338,69 +230,22 @@ async def run(toolgate: str, testbed: str, policy_src: Path, mode: str, work: Pa
     )
     # Gateway logs would drown the summary on success; keep them for the failure report.
     with open(work / "proxy.stderr", "w+", encoding="utf-8") as errlog:
-        failure: BaseException | None = None
-        try:
+
+        async def checks() -> None:
             check_policy(policy)
-            with anyio.fail_after(timeout):
-                transport = tapped_stdio(params, errlog, transcript)
-                async with Client(transport, mode=mode, read_timeout_seconds=timeout) as client:
-                    await scenario(client, mode, up, transcript, summary)
+            async with connect(params, mode, timeout, errlog, transcript) as client:
+                await scenario(client, mode, up, transcript, summary)
             # After the session: the gateway has exited and every record is on disk.
             verify_audit(toolgate, data, summary)
-        except Exception as err:  # whatever went wrong, the report below says so
-            failure = first_failure(err)
-        summary["elapsed_s"] = round(time.monotonic() - started, 3)
-        if failure is None:
-            summary["ok"] = True
-            print(json.dumps(summary, ensure_ascii=False), flush=True)
-            return 0
-        if isinstance(failure, TimeoutError):
-            message = f"no answer within {timeout}s"
-        elif isinstance(failure, MCPError):
-            message = f"unexpected JSON-RPC error {failure.code}: {failure.message} (data {failure.data!r})"
-        elif isinstance(failure, CheckFailed):
-            message = str(failure)
-        else:
-            message = f"{type(failure).__name__}: {failure}"
-        summary["error"] = message
-        print(json.dumps(summary, ensure_ascii=False), flush=True)
-        errlog.flush()
-        errlog.seek(0)
-        report(mode, message, transcript, errlog.read())
-        return 1
 
-
-def report(mode: str, message: str, transcript: Transcript, server_stderr: str) -> None:
-    out = sys.stderr
-    print(f"FAIL [{mode}]: {message}", file=out)
-    print("--- JSON-RPC transcript (-> to toolgate proxy, <- from it) ---", file=out)
-    for direction, line in transcript:
-        print(f"{direction} {line}", file=out)
-    print("--- toolgate proxy stderr ---", file=out)
-    print(server_stderr.rstrip(), file=out)
-
-
-def _sdk_version() -> str | None:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mcp")
-    except PackageNotFoundError:
-        return None
-
-
-def executable(path: str, flag: str) -> bool:
-    if os.path.isfile(path) and os.access(path, os.X_OK):
-        return True
-    print(f"{flag} {path!r} is not an executable file", file=sys.stderr)
-    return False
+        return await run_checks(checks, mode, timeout, transcript, errlog, summary, peer="toolgate proxy")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--toolgate", required=True, help="path to the toolgate binary")
     parser.add_argument("--testbed", required=True, help="path to the testbed_upstream example binary")
-    parser.add_argument("--mode", required=True, choices=["auto", "legacy", MODERN])
+    parser.add_argument("--mode", required=True, choices=MODES)
     parser.add_argument("--policy", default=str(DEFAULT_POLICY), help="the gateway policy (default: %(default)s)")
     parser.add_argument("--work", help="an empty directory for data/, up/ and logs (default: a fresh temp dir)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds for the whole scenario")

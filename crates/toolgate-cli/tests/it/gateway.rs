@@ -458,6 +458,14 @@ impl Proxy {
         self.answer(id).0
     }
 
+    /// Calls each of `tools` with `arguments`; each must be refused with JSON-RPC error -32602.
+    fn assert_refused(&mut self, tools: &[&str], arguments: &Value) {
+        for tool in tools {
+            let reply = self.call(tool, arguments.clone());
+            assert_eq!(error_code(&reply), Some(-32602), "{tool}: {reply}");
+        }
+    }
+
     fn list_tools(&mut self) -> Vec<Value> {
         let id = self.request("tools/list", json!({}));
         let (reply, _) = self.answer(id);
@@ -539,6 +547,71 @@ fn assert_ran(reply: &Value, what: &str) {
         reply.get("result").is_some() && !is_error(reply),
         "{what}: expected the tool's result, got {reply}"
     );
+}
+
+/// The progress notifications among `messages`, as (token, progress) pairs.
+fn progress(messages: &[Value]) -> Vec<(Value, f64)> {
+    messages
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| {
+            (
+                m["params"]["progressToken"].clone(),
+                m["params"]["progress"].as_f64().expect("progress"),
+            )
+        })
+        .collect()
+}
+
+/// Progress read before an answer: every notification carries the caller's own token, values
+/// increase, and every step but perhaps the last has arrived (the strict "all of them, in order"
+/// is `passthrough::every_progress_notification_sent_before_the_answer_arrives_in_order_before_it`).
+fn assert_progress(before: &[Value], token: &Value, steps: u32, what: &str) {
+    let seen = progress(before);
+    assert!(
+        seen.iter().all(|(t, _)| t == token),
+        "{what}: progress under another token: {seen:?}"
+    );
+    let values: Vec<f64> = seen.iter().map(|(_, p)| *p).collect();
+    let early: Vec<f64> = (1..steps).map(f64::from).collect();
+    let all: Vec<f64> = (1..=steps).map(f64::from).collect();
+    assert!(
+        values == early || values == all,
+        "{what}: expected steps {all:?} (the last one may be missing) before the answer, got {values:?}"
+    );
+}
+
+/// `tool` called with `arguments` and a progress token: it runs, and its `steps` progress
+/// notifications come back under `token` ([`assert_progress`]).
+fn assert_call_progress(
+    proxy: &mut Proxy,
+    tool: &str,
+    arguments: Value,
+    token: &Value,
+    steps: u32,
+    what: &str,
+) {
+    let call = proxy.send_call_with_meta(tool, arguments, json!({"progressToken": token}));
+    let (reply, before) = proxy.answer(call);
+    assert_ran(&reply, tool);
+    assert_progress(&before, token, steps, what);
+}
+
+/// The everything server's `trigger-long-running-operation` (2 s in 4 steps) under `token`:
+/// [`assert_call_progress`]. The stdio and the Streamable HTTP tests make the same call.
+fn assert_everything_progress(proxy: &mut Proxy, token: &Value, what: &str) {
+    let arguments = json!({"duration": 2, "steps": 4});
+    let tool = "trigger-long-running-operation";
+    assert_call_progress(proxy, tool, arguments, token, 4, what);
+}
+
+/// The `upstream` field of every audit record among `records` named `name`.
+fn upstreams_of(records: &[Value], name: &str) -> Vec<Value> {
+    records
+        .iter()
+        .filter(|r| r["name"] == name)
+        .map(|r| r["upstream"].clone())
+        .collect()
 }
 
 /// Polls `probe` every 50 ms until it holds; fails after `limit`.

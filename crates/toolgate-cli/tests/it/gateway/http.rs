@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{
-    Bench, Era, Proxy, assert_ran, calls, error_code, gateway_policy, peer, testbed_bin, text,
+    Bench, Era, Proxy, assert_everything_progress, assert_ran, calls, error_code, gateway_policy,
+    peer, testbed_bin, text, upstreams_of,
 };
 
 /// `mcp-server-everything streamableHttp` as a child process on its own port.
@@ -118,6 +119,24 @@ fn proxy(bench: &Bench, flags: &[String], era: Era) -> Proxy {
     Proxy::start(bench.proxy_command(flags, &[]), era, &bench.log_path())
 }
 
+/// The everything server on its own port and, in front of it as upstream `ev`, `toolgate proxy`
+/// on `bench`'s policy with a client of `era`.
+fn everything_behind_proxy(bench: &Bench, era: Era) -> (Everything, Proxy) {
+    let server = Everything::start(&bench.path("everything.log"));
+    let flags = ["--upstream".to_owned(), format!("ev={}", server.url())];
+    let proxy = proxy(bench, &flags, era);
+    (server, proxy)
+}
+
+/// `tests/gateway/everything.toml` with one prompt and the static resources passed through.
+fn everything_with_passthrough() -> Bench {
+    let policy = format!(
+        "{}\n[passthrough]\nprompts = [\"simple-prompt\"]\nresources = [\"demo://resource/static/*\"]\n",
+        gateway_policy("everything.toml")
+    );
+    Bench::with_policy_text("everything.toml", &policy)
+}
+
 /// A request in the proxy's era; its whole answer.
 fn ask(proxy: &mut Proxy, method: &str, params: Value) -> Value {
     let id = proxy.request(method, params);
@@ -129,26 +148,10 @@ fn sorted(mut names: Vec<String>) -> Vec<String> {
     names
 }
 
-/// (token, progress) of each progress notification among `messages`.
-fn progress(messages: &[Value]) -> Vec<(Value, f64)> {
-    messages
-        .iter()
-        .filter(|m| m["method"] == "notifications/progress")
-        .map(|m| {
-            (
-                m["params"]["progressToken"].clone(),
-                m["params"]["progress"].as_f64().expect("progress"),
-            )
-        })
-        .collect()
-}
-
 #[test]
 fn an_http_upstream_is_listed_called_refused_relayed_and_audited_by_name() {
     let bench = Bench::new("everything.toml");
-    let server = Everything::start(&bench.path("everything.log"));
-    let flags = ["--upstream".to_owned(), format!("ev={}", server.url())];
-    let mut proxy = proxy(&bench, &flags, Era::Modern);
+    let (server, mut proxy) = everything_behind_proxy(&bench, Era::Modern);
 
     assert_eq!(
         sorted(proxy.tool_names()),
@@ -162,32 +165,11 @@ fn an_http_upstream_is_listed_called_refused_relayed_and_audited_by_name() {
     assert_eq!(text(&echo), "Echo: over streamable http", "{echo}");
 
     // Offered by the upstream, not named by the policy.
-    for refused in ["get-env", "get-sum"] {
-        let reply = proxy.call(refused, json!({"a": 1, "b": 2}));
-        assert_eq!(error_code(&reply), Some(-32602), "{refused}: {reply}");
-    }
+    proxy.assert_refused(&["get-env", "get-sum"], &json!({"a": 1, "b": 2}));
 
     // Progress arrives as SSE events on the upstream's POST response; the caller gets them under
     // the token it chose, not the one the gateway used upstream.
-    let token = json!("http-caller-token-9");
-    let call = proxy.send_call_with_meta(
-        "trigger-long-running-operation",
-        json!({"duration": 2, "steps": 4}),
-        json!({"progressToken": token}),
-    );
-    let (reply, before) = proxy.answer(call);
-    assert_ran(&reply, "trigger-long-running-operation");
-    let seen = progress(&before);
-    assert!(
-        seen.iter().all(|(t, _)| *t == token),
-        "progress under another token: {seen:?}"
-    );
-    let values: Vec<f64> = seen.iter().map(|(_, p)| *p).collect();
-    // As in passthrough.rs: every step, the last one possibly racing the answer.
-    assert!(
-        values == [1.0, 2.0, 3.0, 4.0] || values == [1.0, 2.0, 3.0],
-        "progress before the answer: {values:?}"
-    );
+    assert_everything_progress(&mut proxy, &json!("http-caller-token-9"), "over HTTP");
     proxy.close();
     server.stop();
 
@@ -269,22 +251,14 @@ tier = "low"
     assert_ran(&tb, "tb__echo");
     assert_eq!(text(&tb), "echo: to tb", "{tb}");
     // Unprefixed names and tools the policy does not name are refused.
-    for refused in ["echo", "ev__get-env", "tb__write_record"] {
-        let reply = proxy.call(refused, json!({"message": "x", "text": "x"}));
-        assert_eq!(error_code(&reply), Some(-32602), "{refused}: {reply}");
-    }
+    let refused = ["echo", "ev__get-env", "tb__write_record"];
+    proxy.assert_refused(&refused, &json!({"message": "x", "text": "x"}));
     proxy.close();
     server.stop();
 
     assert_eq!(calls(&up), ["echo"], "the testbed received only tb__echo");
     let records = bench.records();
-    let upstream_of = |name: &str| -> Vec<Value> {
-        records
-            .iter()
-            .filter(|r| r["name"] == name)
-            .map(|r| r["upstream"].clone())
-            .collect()
-    };
+    let upstream_of = |name: &str| upstreams_of(&records, name);
     assert_eq!(upstream_of("ev__echo"), [json!("ev")], "{records:#?}");
     assert_eq!(upstream_of("tb__echo"), [json!("tb")], "{records:#?}");
     assert_eq!(upstream_of("ev__get-env"), [json!("ev")], "{records:#?}");
@@ -298,14 +272,8 @@ tier = "low"
 
 #[test]
 fn prompts_and_resources_of_an_http_upstream_pass_only_when_the_policy_names_them() {
-    let policy = format!(
-        "{}\n[passthrough]\nprompts = [\"simple-prompt\"]\nresources = [\"demo://resource/static/*\"]\n",
-        gateway_policy("everything.toml")
-    );
-    let bench = Bench::with_policy_text("everything.toml", &policy);
-    let server = Everything::start(&bench.path("everything.log"));
-    let flags = ["--upstream".to_owned(), format!("ev={}", server.url())];
-    let mut proxy = proxy(&bench, &flags, Era::Modern);
+    let bench = everything_with_passthrough();
+    let (server, mut proxy) = everything_behind_proxy(&bench, Era::Modern);
 
     // The everything server offers four prompts (simple, args, completable, resource).
     let listed = ask(&mut proxy, "prompts/list", json!({}));
@@ -405,14 +373,8 @@ fn prompts_and_resources_of_an_http_upstream_pass_only_when_the_policy_names_the
 /// resource as `name`, and the upstream, like the gateway's tool-call records.
 #[test]
 fn pass_through_audit_records_name_their_own_method_and_upstream() {
-    let policy = format!(
-        "{}\n[passthrough]\nprompts = [\"simple-prompt\"]\nresources = [\"demo://resource/static/*\"]\n",
-        gateway_policy("everything.toml")
-    );
-    let bench = Bench::with_policy_text("everything.toml", &policy);
-    let server = Everything::start(&bench.path("everything.log"));
-    let flags = ["--upstream".to_owned(), format!("ev={}", server.url())];
-    let mut proxy = proxy(&bench, &flags, Era::Modern);
+    let bench = everything_with_passthrough();
+    let (server, mut proxy) = everything_behind_proxy(&bench, Era::Modern);
     let got = ask(&mut proxy, "prompts/get", json!({"name": "simple-prompt"}));
     assert!(got.get("result").is_some(), "{got}");
     let uri = "demo://resource/static/document/features.md";

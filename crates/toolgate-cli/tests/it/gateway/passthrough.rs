@@ -7,53 +7,17 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::{
-    Bench, Era, assert_ran, calls, calls_of, cancellations, error_code, peer, testbed, text, until,
+    Bench, Era, assert_call_progress, assert_everything_progress, assert_ran, calls, calls_of,
+    cancellations, peer, testbed, text, until, upstreams_of,
 };
-
-/// The progress notifications among `messages`, as (token, progress) pairs.
-fn progress(messages: &[Value]) -> Vec<(Value, f64)> {
-    messages
-        .iter()
-        .filter(|m| m["method"] == "notifications/progress")
-        .map(|m| {
-            (
-                m["params"]["progressToken"].clone(),
-                m["params"]["progress"].as_f64().expect("progress"),
-            )
-        })
-        .collect()
-}
-
-/// Progress read before an answer: every notification carries the caller's own token, values
-/// increase, and every step but perhaps the last has arrived (the strict "all of them, in order"
-/// is `every_progress_notification_sent_before_the_answer_arrives_in_order_before_it`).
-fn assert_progress(before: &[Value], token: &Value, steps: u32, what: &str) {
-    let seen = progress(before);
-    assert!(
-        seen.iter().all(|(t, _)| t == token),
-        "{what}: progress under another token: {seen:?}"
-    );
-    let values: Vec<f64> = seen.iter().map(|(_, p)| *p).collect();
-    let early: Vec<f64> = (1..steps).map(f64::from).collect();
-    let all: Vec<f64> = (1..=steps).map(f64::from).collect();
-    assert!(
-        values == early || values == all,
-        "{what}: expected steps {all:?} (the last one may be missing) before the answer, got {values:?}"
-    );
-}
 
 fn progress_from_testbed(era: Era, token: Value) {
     let bench = Bench::new("testbed.toml");
     let up = bench.mkdir("up");
     let mut proxy = bench.proxy("tb", &testbed(&up, "both"), era);
-    let call = proxy.send_call_with_meta(
-        "slow",
-        json!({"ms": 900, "steps": 3}),
-        json!({"progressToken": token}),
-    );
-    let (reply, before) = proxy.answer(call);
-    assert_ran(&reply, "slow");
-    assert_progress(&before, &token, 3, &format!("{era:?}"));
+    let what = format!("{era:?}");
+    let arguments = json!({"ms": 900, "steps": 3});
+    assert_call_progress(&mut proxy, "slow", arguments, &token, 3, &what);
     proxy.close();
     bench.assert_audit_verifies();
 }
@@ -129,15 +93,7 @@ fn progress_from_the_everything_server_reaches_the_client() {
         &[server.display().to_string()],
         Era::Legacy("2025-11-25"),
     );
-    let token = json!("everything-1");
-    let call = proxy.send_call_with_meta(
-        "trigger-long-running-operation",
-        json!({"duration": 2, "steps": 4}),
-        json!({"progressToken": token}),
-    );
-    let (reply, before) = proxy.answer(call);
-    assert_ran(&reply, "trigger-long-running-operation");
-    assert_progress(&before, &token, 4, "everything");
+    assert_everything_progress(&mut proxy, &json!("everything-1"), "everything");
     proxy.close();
     bench.assert_audit_verifies();
 }
@@ -229,22 +185,16 @@ fn two_upstreams_are_prefixed_governed_by_their_prefixed_names_and_audited_by_na
     let reply = proxy.call("a__echo", json!({"text": "to a"}));
     assert_ran(&reply, "a__echo");
     assert_eq!(text(&reply), "echo: to a");
-    for refused in ["b__echo", "echo", "a__write_record"] {
-        let reply = proxy.call(refused, json!({"text": "x"}));
-        assert_eq!(error_code(&reply), Some(-32602), "{refused}: {reply}");
-    }
+    proxy.assert_refused(
+        &["b__echo", "echo", "a__write_record"],
+        &json!({"text": "x"}),
+    );
     proxy.close();
 
     assert_eq!(calls(&dir_a), ["echo"], "a received only its own echo");
     assert!(calls(&dir_b).is_empty(), "b received {:?}", calls(&dir_b));
     let records = bench.records();
-    let upstream_of = |name: &str| -> Vec<Value> {
-        records
-            .iter()
-            .filter(|r| r["name"] == name)
-            .map(|r| r["upstream"].clone())
-            .collect()
-    };
+    let upstream_of = |name: &str| upstreams_of(&records, name);
     assert_eq!(upstream_of("a__echo"), [json!("a")], "{records:#?}");
     assert_eq!(upstream_of("b__echo"), [json!("b")], "{records:#?}");
     assert_eq!(upstream_of("a__write_record"), [json!("a")], "{records:#?}");
