@@ -1,15 +1,15 @@
 //! The corridor's other refusals and failures in front of an upstream (DESIGN.md §4): arguments
 //! the upstream's schema rejects never leave the gateway, a denied approval forwards nothing and
-//! says not to retry, an upstream's own failure stays a failure, and a timeout cancels the call
-//! upstream.
+//! says not to retry, an upstream's own failure stays a failure, a timeout cancels the call
+//! upstream, and the kill switch stops a running gateway.
 
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use super::{
-    Bench, Era, assert_ran, calls, calls_of, cancellations, effects, gateway_policy, is_error,
-    testbed, text, until,
+    Bench, Era, assert_ran, calls, calls_of, cancellations, effects, error_code, gateway_policy,
+    is_error, testbed, text, until,
 };
 
 fn outcome_of(bench: &Bench, tool: &str) -> Vec<String> {
@@ -150,5 +150,48 @@ fn a_call_past_its_timeout_is_answered_and_cancelled_upstream() {
     );
     proxy.close();
     assert_eq!(outcome_of(&bench, "hang"), ["allow/timeout"]);
+    bench.assert_audit_verifies();
+}
+
+#[test]
+fn the_kill_switch_stops_a_running_gateway_before_anything_is_forwarded() {
+    let bench = Bench::new("testbed.toml");
+    let up = bench.mkdir("up");
+    let mut proxy = bench.proxy("tb", &testbed(&up, "both"), Era::Modern);
+    assert_ran(
+        &proxy.call("echo", json!({"text": "before"})),
+        "echo before",
+    );
+
+    let on = bench.cli(&["killswitch", "on", "--as", "human:oncall"]);
+    assert!(
+        on.status.success(),
+        "{}",
+        String::from_utf8_lossy(&on.stderr)
+    );
+    let refused = proxy.call("echo", json!({"text": "while on"}));
+    assert_eq!(error_code(&refused), Some(-32602), "{refused}");
+
+    let off = bench.cli(&["killswitch", "off", "--as", "human:oncall"]);
+    assert!(
+        off.status.success(),
+        "{}",
+        String::from_utf8_lossy(&off.stderr)
+    );
+    assert_ran(&proxy.call("echo", json!({"text": "after"})), "echo after");
+    proxy.close();
+
+    assert_eq!(
+        calls_of(&up, "echo"),
+        2,
+        "the refused call reached the upstream"
+    );
+    let refusals: Vec<Value> = bench
+        .records_of("echo")
+        .into_iter()
+        .filter(|r| r["rule"] == "killswitch")
+        .collect();
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0]["upstream"], "tb");
     bench.assert_audit_verifies();
 }
