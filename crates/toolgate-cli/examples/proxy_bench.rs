@@ -1,9 +1,10 @@
 //! Latency client for `bench/proxy.sh`: drives one stdio MCP server (an upstream called directly, or
 //! `toolgate proxy` in front of it) with `tools/call`s and prints the per-call latency distribution.
 //!
-//! Same approach as `stdio_load`: newline-delimited JSON-RPC written by hand, every request line built
-//! before the clock starts, one task only writes, one task only reads, both on one thread, so the
-//! client costs next to nothing and the measured time is the server's.
+//! Same approach as `stdio_load`, and the same client (`common/stdio_client.rs`): newline-delimited
+//! JSON-RPC written by hand, every request line built before the clock starts, one task only writes,
+//! one task only reads, both on one thread, so the client costs next to nothing and the measured time
+//! is the server's.
 //!
 //! ```text
 //! proxy_bench --calls 5000 --inflight 1 --tool echo --warmup 500 -- target/release/examples/testbed_upstream --dir D
@@ -24,26 +25,27 @@
 //! error makes the exit status non-zero (1), as does a server that does not exit cleanly once its
 //! stdin is closed. Warm-up calls are checked the same way and not timed.
 
-use std::io::Write;
-use std::process::{ExitCode, ExitStatus, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+#[path = "common/stdio_client.rs"]
+mod stdio_client;
 
-use anyhow::{Context, bail, ensure};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
 use clap::{Parser, ValueEnum};
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::Semaphore;
+use tokio::io::AsyncWriteExt;
+use tokio::process::ChildStdin;
 
-const MODERN_VERSION: &str = "2026-07-28";
+use stdio_client::{
+    PROTOCOL_VERSION, Reader, Tally, call_line, finish, line, meta, percentile, print_line,
+    request, round3, run_phase, spawn, succeeded,
+};
+
 const LEGACY_VERSION: &str = "2025-11-25";
 
 /// How long the server may take to answer the handshake (it may be starting its own upstream).
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(60);
-/// How long the server may take to exit once its stdin is closed.
-const EXIT_WAIT: Duration = Duration::from_secs(30);
 
 #[derive(Debug, Parser)]
 #[command(about = "tools/call latency of a stdio MCP server, for bench/proxy.sh")]
@@ -134,26 +136,10 @@ fn main() -> ExitCode {
     }
 }
 
-type Reader = Lines<BufReader<ChildStdout>>;
-
 async fn bench(args: &Args) -> anyhow::Result<bool> {
     ensure!(args.calls > 0, "--calls must be at least 1");
     ensure!(args.inflight > 0, "--inflight must be at least 1");
-    let (program, rest) = args
-        .server
-        .split_first()
-        .context("no server command given after `--`")?;
-
-    let mut child = Command::new(program)
-        .args(rest)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("cannot start {program}"))?;
-    let mut stdin = child.stdin.take().context("no stdin")?;
-    let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
+    let (mut child, mut stdin, mut lines) = spawn(&args.server)?;
 
     let protocol = tokio::time::timeout(
         HANDSHAKE_WAIT,
@@ -163,24 +149,45 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
     .context("the server did not answer the handshake in time")??;
 
     // Ids: warm-up calls 0..W, timed calls W..W+N, so a late answer can never be mistaken.
+    let with_meta = protocol == Protocol::Modern;
     let warmup: Vec<Vec<u8>> = (0..args.warmup)
         .map(|i| {
             let arguments = args.tool.arguments(&format!("{}-warm", args.prefix), i);
-            call_line(protocol, i, args.tool.name(), arguments)
+            call_line(i, args.tool.name(), arguments, with_meta)
         })
         .collect();
     let timed: Vec<Vec<u8>> = (0..args.calls)
         .map(|i| {
             let arguments = args.tool.arguments(&args.prefix, i);
-            call_line(protocol, args.warmup + i, args.tool.name(), arguments)
+            call_line(args.warmup + i, args.tool.name(), arguments, with_meta)
         })
         .collect();
 
-    let (stdin, lines, warm) = run_phase(stdin, lines, warmup, 0, args.inflight).await?;
-    let (stdin, _lines, tally) = if warm.errors() == 0 {
-        run_phase(stdin, lines, timed, args.warmup, args.inflight).await?
+    let phase = run_phase(
+        stdin,
+        &mut lines,
+        warmup,
+        0,
+        args.inflight,
+        succeeded,
+        "proxy_bench",
+    )
+    .await?;
+    let (stdin, warm) = (phase.stdin?, phase.tally?);
+    let (stdin, tally) = if warm.errors() == 0 {
+        let phase = run_phase(
+            stdin,
+            &mut lines,
+            timed,
+            args.warmup,
+            args.inflight,
+            succeeded,
+            "proxy_bench",
+        )
+        .await?;
+        (phase.stdin?, phase.tally?)
     } else {
-        (stdin, lines, Tally::default())
+        (stdin, Tally::default())
     };
     // Closing stdin is how an stdio server is told to finish and exit.
     drop(stdin);
@@ -240,57 +247,12 @@ async fn bench(args: &Args) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
-/// `_meta` of a 2026-07-28 request; `full` adds `clientInfo` (what `server/discover` carries).
-fn meta(full: bool) -> Value {
-    let mut meta = json!({
-        "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
-        "io.modelcontextprotocol/clientCapabilities": {},
-    });
-    if full {
-        meta["io.modelcontextprotocol/clientInfo"] =
-            json!({"name": "proxy_bench", "version": env!("CARGO_PKG_VERSION")});
-    }
+/// `_meta` of `server/discover`: the request `_meta` plus `clientInfo`.
+fn discover_meta() -> Value {
+    let mut meta = meta();
+    meta["io.modelcontextprotocol/clientInfo"] =
+        json!({"name": "proxy_bench", "version": env!("CARGO_PKG_VERSION")});
     meta
-}
-
-fn line(message: &Value) -> Vec<u8> {
-    let mut line = serde_json::to_vec(message).unwrap_or_default();
-    line.push(b'\n');
-    line
-}
-
-fn call_line(protocol: Protocol, id: usize, tool: &str, arguments: Value) -> Vec<u8> {
-    let mut params = json!({"name": tool, "arguments": arguments});
-    if protocol == Protocol::Modern {
-        params["_meta"] = meta(false);
-    }
-    line(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}))
-}
-
-/// Sends one request and returns the message that answers it (skipping notifications and
-/// anything else on the way).
-async fn request(
-    stdin: &mut ChildStdin,
-    lines: &mut Reader,
-    id: &str,
-    method: &str,
-    params: Value,
-) -> anyhow::Result<Value> {
-    let request = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-    stdin.write_all(&line(&request)).await?;
-    stdin.flush().await?;
-    loop {
-        let text = lines
-            .next_line()
-            .await?
-            .with_context(|| format!("server closed stdout before answering {method}"))?;
-        let Ok(message) = serde_json::from_str::<Value>(&text) else {
-            continue;
-        };
-        if message.get("id").and_then(Value::as_str) == Some(id) {
-            return Ok(message);
-        }
-    }
 }
 
 /// `server/discover` unless told `--legacy`; falls back to `initialize` when the server does not
@@ -301,17 +263,17 @@ async fn handshake(
     legacy: bool,
 ) -> anyhow::Result<Protocol> {
     if !legacy {
-        let params = json!({"_meta": meta(true)});
+        let params = json!({"_meta": discover_meta()});
         let answer = request(stdin, lines, "discover", "server/discover", params).await?;
         let modern = answer
             .pointer("/result/supportedVersions")
             .and_then(Value::as_array)
-            .is_some_and(|versions| versions.iter().any(|v| v == MODERN_VERSION));
+            .is_some_and(|versions| versions.iter().any(|v| v == PROTOCOL_VERSION));
         if modern {
             return Ok(Protocol::Modern);
         }
         eprintln!(
-            "proxy_bench: server/discover did not offer {MODERN_VERSION} ({answer}); using initialize"
+            "proxy_bench: server/discover did not offer {PROTOCOL_VERSION} ({answer}); using initialize"
         );
     }
     let params = json!({
@@ -330,189 +292,6 @@ async fn handshake(
     Ok(Protocol::Legacy)
 }
 
-#[derive(Debug, Default)]
-struct Tally {
-    calls: usize,
-    answered: usize,
-    failed: usize,
-    latencies_ns: Vec<u64>,
-    first_failure: Option<String>,
-    seconds: f64,
-}
-
-impl Tally {
-    /// Failed answers plus calls never answered.
-    fn errors(&self) -> usize {
-        self.failed + (self.calls - self.answered)
-    }
-}
-
-/// Sends `requests` (ids `base..base + len`) keeping `inflight` outstanding, and collects every
-/// answer. Gives the pipes back for the next phase.
-async fn run_phase(
-    stdin: ChildStdin,
-    mut lines: Reader,
-    requests: Vec<Vec<u8>>,
-    base: usize,
-    inflight: usize,
-) -> anyhow::Result<(ChildStdin, Reader, Tally)> {
-    let calls = requests.len();
-    let permits = Arc::new(Semaphore::new(inflight));
-    let sent_at: Arc<Vec<AtomicU64>> = Arc::new((0..calls).map(|_| AtomicU64::new(0)).collect());
-    let start = Instant::now();
-    let writer = tokio::spawn(write_requests(
-        stdin,
-        requests,
-        Arc::clone(&permits),
-        Arc::clone(&sent_at),
-        start,
-    ));
-    let read = read_responses(&mut lines, calls, base, &permits, &sent_at, start).await;
-    let seconds = start.elapsed().as_secs_f64();
-    // Wakes the writer if it waits for a permit that will not come (answers went missing).
-    permits.close();
-    let stdin = writer
-        .await
-        .context("writer task panicked")?
-        .context("cannot write requests")?;
-    let mut tally = read?;
-    tally.seconds = seconds;
-    Ok((stdin, lines, tally))
-}
-
-async fn write_requests(
-    mut stdin: ChildStdin,
-    requests: Vec<Vec<u8>>,
-    permits: Arc<Semaphore>,
-    sent_at: Arc<Vec<AtomicU64>>,
-    start: Instant,
-) -> anyhow::Result<ChildStdin> {
-    let mut batch = Vec::new();
-    let mut next = 0;
-    while next < requests.len() {
-        let Ok(permit) = permits.acquire().await else {
-            break;
-        };
-        permit.forget();
-        let mut count = 1;
-        // Whatever else is free goes in the same write: fewer syscalls, same order.
-        while next + count < requests.len() {
-            match permits.try_acquire() {
-                Ok(permit) => {
-                    permit.forget();
-                    count += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        batch.clear();
-        let now = elapsed_ns(start);
-        for (i, request) in requests[next..next + count].iter().enumerate() {
-            sent_at[next + i].store(now, Ordering::Relaxed);
-            batch.extend_from_slice(request);
-        }
-        stdin.write_all(&batch).await?;
-        next += count;
-    }
-    stdin.flush().await?;
-    Ok(stdin)
-}
-
-async fn read_responses(
-    lines: &mut Reader,
-    calls: usize,
-    base: usize,
-    permits: &Semaphore,
-    sent_at: &[AtomicU64],
-    start: Instant,
-) -> anyhow::Result<Tally> {
-    let mut tally = Tally {
-        calls,
-        latencies_ns: Vec::with_capacity(calls),
-        ..Tally::default()
-    };
-    let mut seen = vec![false; calls];
-    while tally.answered < calls {
-        let Some(text) = lines.next_line().await? else {
-            eprintln!(
-                "proxy_bench: server closed stdout after {} of {calls} answers",
-                tally.answered
-            );
-            break;
-        };
-        let now = elapsed_ns(start);
-        let Ok(message) = serde_json::from_str::<Value>(&text) else {
-            continue;
-        };
-        // Notifications and server-to-client requests carry no id of ours.
-        let Some(i) = message
-            .get("id")
-            .and_then(Value::as_u64)
-            .and_then(|id| usize::try_from(id).ok())
-            .and_then(|id| id.checked_sub(base))
-            .filter(|&i| i < calls && !seen[i])
-        else {
-            continue;
-        };
-        seen[i] = true;
-        tally.answered += 1;
-        tally
-            .latencies_ns
-            .push(now.saturating_sub(sent_at[i].load(Ordering::Relaxed)));
-        if !succeeded(&message) {
-            tally.failed += 1;
-            tally.first_failure.get_or_insert(text);
-        }
-        permits.add_permits(1);
-    }
-    Ok(tally)
-}
-
-/// A result that is not `isError`, and no JSON-RPC error.
-fn succeeded(message: &Value) -> bool {
-    message.get("error").is_none()
-        && message
-            .get("result")
-            .is_some_and(|result| result.get("isError").and_then(Value::as_bool) != Some(true))
-}
-
-async fn finish(child: &mut Child) -> anyhow::Result<ExitStatus> {
-    match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
-        Ok(status) => Ok(status?),
-        Err(_) => {
-            child.start_kill()?;
-            bail!(
-                "server did not exit within {}s of stdin closing; killed",
-                EXIT_WAIT.as_secs()
-            )
-        }
-    }
-}
-
-fn print_line(value: &Value) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{value}")?;
-    out.flush()?;
-    Ok(())
-}
-
-fn elapsed_ns(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1] as f64
-}
-
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }

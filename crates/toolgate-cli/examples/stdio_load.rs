@@ -4,7 +4,8 @@
 //!
 //! It speaks newline-delimited JSON-RPC directly instead of going through an SDK so that the client
 //! costs next to nothing: every request line is built before the clock starts, one task only writes,
-//! one task only reads, and the measured time is the server's.
+//! one task only reads, and the measured time is the server's. That client is shared with
+//! `proxy_bench` in `common/stdio_client.rs`.
 //!
 //! ```text
 //! stdio_load --calls 2000 --inflight 1 -- target/release/toolgate serve --policy P --data D
@@ -13,27 +14,26 @@
 //! stdio_load --calls 2000 -- stdio_load --echo
 //! ```
 
+#[path = "common/stdio_client.rs"]
+mod stdio_client;
+
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::process::ExitCode;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{Context, bail, ensure};
+use anyhow::{Context, ensure};
 use clap::Parser;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
-use tokio::sync::Semaphore;
+use tokio::process::ChildStdin;
 use toolgate_core::audit::{Chain, Decision, Event, GENESIS, Outcome};
 use toolgate_core::canonical;
 
-const PROTOCOL_VERSION: &str = "2026-07-28";
-
-/// How long the server may take to exit once its stdin is closed.
-const EXIT_WAIT: Duration = Duration::from_secs(30);
+use stdio_client::{
+    Reader, call_line, elapsed_ns, finish, meta, percentile, print_line, request, round3,
+    run_phase, spawn, succeeded,
+};
 
 #[derive(Debug, Parser)]
 #[command(about = "Load client and baselines for bench/run.sh")]
@@ -98,98 +98,53 @@ fn main() -> ExitCode {
     }
 }
 
-fn print_line(value: &Value) -> anyhow::Result<()> {
-    let mut out = std::io::stdout().lock();
-    writeln!(out, "{value}")?;
-    out.flush()?;
-    Ok(())
-}
-
-fn meta() -> Value {
-    json!({
-        "io.modelcontextprotocol/protocolVersion": PROTOCOL_VERSION,
-        "io.modelcontextprotocol/clientCapabilities": {},
-    })
-}
-
-fn request_line(id: &Value, method: &str, mut params: Value) -> Vec<u8> {
-    params["_meta"] = meta();
-    let mut line = serde_json::to_vec(&json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "method": method,
-        "params": params,
-    }))
-    .unwrap_or_default();
-    line.push(b'\n');
-    line
-}
-
 /// `request_id` of call `i`: unique per call, and long enough for the seed policy's `min_len: 8`.
 fn request_id(prefix: &str, i: usize) -> String {
     format!("{prefix}-{i:08}")
 }
 
 async fn load(args: &Args) -> anyhow::Result<bool> {
-    let (program, rest) = args
-        .server
-        .split_first()
-        .context("no server command given after `--`")?;
     ensure!(args.calls > 0, "--calls must be at least 1");
     ensure!(args.inflight > 0, "--inflight must be at least 1");
 
     let requests: Vec<Vec<u8>> = (0..args.calls)
         .map(|i| {
-            let params = json!({
-                "name": "write_note",
-                "arguments": {"request_id": request_id(&args.prefix, i), "text": format!("note {i}")},
-            });
-            request_line(&json!(i), "tools/call", params)
+            let arguments =
+                json!({"request_id": request_id(&args.prefix, i), "text": format!("note {i}")});
+            call_line(i, "write_note", arguments, true)
         })
         .collect();
 
-    let mut child = Command::new(program)
-        .args(rest)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("cannot start {program}"))?;
-    let mut stdin = child.stdin.take().context("no stdin")?;
-    let mut lines = BufReader::new(child.stdout.take().context("no stdout")?).lines();
+    let (mut child, mut stdin, mut lines) = spawn(&args.server)?;
 
     warm_up(&mut stdin, &mut lines).await?;
 
     let calls = args.calls;
-    let permits = Arc::new(Semaphore::new(args.inflight));
-    let sent_at: Arc<Vec<AtomicU64>> = Arc::new((0..calls).map(|_| AtomicU64::new(0)).collect());
-    let start = Instant::now();
-
-    let writer = tokio::spawn(write_requests(
+    let phase = run_phase(
         stdin,
+        &mut lines,
         requests,
-        Arc::clone(&permits),
-        Arc::clone(&sent_at),
-        start,
-    ));
-    let tally = read_responses(lines, calls, &permits, &sent_at, start).await;
-    let seconds = start.elapsed().as_secs_f64();
-    // Closing stdin (the writer owns it) is how an stdio server is told to finish and exit.
-    permits.close();
-    let written = writer.await.context("writer task panicked")?;
-    let status = match written {
+        0,
+        args.inflight,
+        committed,
+        "stdio_load",
+    )
+    .await?;
+    drop(lines);
+    // Closing stdin is how an stdio server is told to finish and exit.
+    let status = match phase.stdin {
         Ok(stdin) => {
             drop(stdin);
             finish(&mut child).await
         }
-        Err(err) => Err(err.context("cannot write requests")),
+        Err(err) => Err(err),
     };
 
-    let tally = tally?;
+    let tally = phase.tally?;
+    let seconds = tally.seconds;
+    let failures = tally.errors();
     let mut latencies = tally.latencies_ns;
     latencies.sort_unstable();
-    let failures = tally.failures + (calls - tally.answered);
     print_line(&json!({
         "calls": calls,
         "inflight": args.inflight,
@@ -218,163 +173,20 @@ async fn load(args: &Args) -> anyhow::Result<bool> {
 
 /// One `tools/list` first, so that process start, imports and first-touch allocations are not
 /// charged to the first timed call.
-async fn warm_up(
-    stdin: &mut ChildStdin,
-    lines: &mut tokio::io::Lines<BufReader<ChildStdout>>,
-) -> anyhow::Result<()> {
-    let id = json!("warm-up");
-    stdin
-        .write_all(&request_line(&id, "tools/list", json!({})))
-        .await?;
-    stdin.flush().await?;
-    loop {
-        let line = lines
-            .next_line()
-            .await?
-            .context("server closed stdout before answering tools/list")?;
-        let Ok(message) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        if message.get("id") == Some(&id) {
-            ensure!(
-                message.get("result").is_some(),
-                "tools/list failed: {message}"
-            );
-            return Ok(());
-        }
-    }
+async fn warm_up(stdin: &mut ChildStdin, lines: &mut Reader) -> anyhow::Result<()> {
+    let params = json!({"_meta": meta()});
+    let message = request(stdin, lines, "warm-up", "tools/list", params).await?;
+    ensure!(
+        message.get("result").is_some(),
+        "tools/list failed: {message}"
+    );
+    Ok(())
 }
 
-async fn write_requests(
-    mut stdin: ChildStdin,
-    requests: Vec<Vec<u8>>,
-    permits: Arc<Semaphore>,
-    sent_at: Arc<Vec<AtomicU64>>,
-    start: Instant,
-) -> anyhow::Result<ChildStdin> {
-    let mut batch = Vec::new();
-    let mut next = 0;
-    while next < requests.len() {
-        let Ok(permit) = permits.acquire().await else {
-            break;
-        };
-        permit.forget();
-        let mut count = 1;
-        // Whatever else is free goes in the same write: fewer syscalls, same order.
-        while next + count < requests.len() {
-            match permits.try_acquire() {
-                Ok(permit) => {
-                    permit.forget();
-                    count += 1;
-                }
-                Err(_) => break,
-            }
-        }
-        batch.clear();
-        let now = elapsed_ns(start);
-        for (i, request) in requests[next..next + count].iter().enumerate() {
-            sent_at[next + i].store(now, Ordering::Relaxed);
-            batch.extend_from_slice(request);
-        }
-        stdin.write_all(&batch).await?;
-        next += count;
-    }
-    stdin.flush().await?;
-    Ok(stdin)
-}
-
-#[derive(Debug, Default)]
-struct Tally {
-    answered: usize,
-    failures: usize,
-    latencies_ns: Vec<u64>,
-    first_failure: Option<String>,
-}
-
-async fn read_responses(
-    mut lines: tokio::io::Lines<BufReader<ChildStdout>>,
-    calls: usize,
-    permits: &Semaphore,
-    sent_at: &[AtomicU64],
-    start: Instant,
-) -> anyhow::Result<Tally> {
-    let mut tally = Tally {
-        latencies_ns: Vec::with_capacity(calls),
-        ..Tally::default()
-    };
-    let mut seen = vec![false; calls];
-    while tally.answered < calls {
-        let Some(line) = lines.next_line().await? else {
-            eprintln!(
-                "stdio_load: server closed stdout after {} of {calls} responses",
-                tally.answered
-            );
-            break;
-        };
-        let now = elapsed_ns(start);
-        let Ok(message) = serde_json::from_str::<Value>(&line) else {
-            continue;
-        };
-        // Notifications and server-to-client requests carry no id of ours.
-        let Some(id) = message
-            .get("id")
-            .and_then(Value::as_u64)
-            .and_then(|id| usize::try_from(id).ok())
-            .filter(|&id| id < calls && !seen[id])
-        else {
-            continue;
-        };
-        seen[id] = true;
-        tally.answered += 1;
-        tally
-            .latencies_ns
-            .push(now.saturating_sub(sent_at[id].load(Ordering::Relaxed)));
-        if !committed(&message) {
-            tally.failures += 1;
-            tally.first_failure.get_or_insert(line);
-        }
-        permits.add_permits(1);
-    }
-    Ok(tally)
-}
-
+/// A successful `write_note`: toolgate says the note was committed.
 fn committed(message: &Value) -> bool {
-    let Some(result) = message.get("result") else {
-        return false;
-    };
-    message.get("error").is_none()
-        && result.get("isError").and_then(Value::as_bool) != Some(true)
-        && result.pointer("/structuredContent/status") == Some(&json!("committed"))
-}
-
-async fn finish(child: &mut Child) -> anyhow::Result<std::process::ExitStatus> {
-    match tokio::time::timeout(EXIT_WAIT, child.wait()).await {
-        Ok(status) => Ok(status?),
-        Err(_) => {
-            child.start_kill()?;
-            bail!(
-                "server did not exit within {}s of stdin closing; killed",
-                EXIT_WAIT.as_secs()
-            )
-        }
-    }
-}
-
-fn elapsed_ns(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1] as f64
-}
-
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
+    succeeded(message)
+        && message.pointer("/result/structuredContent/status") == Some(&json!("committed"))
 }
 
 /// Answers each request line with a result shaped like toolgate's `write_note` answer. Responses
