@@ -30,7 +30,7 @@ pub use corridor::{fingerprint, now_ms, rfc3339};
 pub use gate::{Gate, request_label};
 pub use resolutions::audit_resolutions;
 
-use crate::toolset::Toolset;
+use crate::toolset::{PassFuture, Passthrough, Toolset};
 
 /// Every revision this server speaks: the stateless 2026-07-28 and the four `initialize` revisions.
 pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
@@ -209,40 +209,12 @@ impl ServerHandler for GateServer {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
-        let subject = ("prompts/get", request.name.to_string());
-        let allowed = self.gate.policy().prompt_allowed(&request.name);
-        let pass = self.toolset.passthrough().filter(|_| allowed);
-        let Some(pass) = pass else {
-            self.pass_audit(
-                &subject,
-                Decision::Deny,
-                Outcome::NotExecuted,
-                "passthrough.prompts",
-            )
-            .await;
-            return Err(ErrorData::invalid_params(
-                format!("prompt not found: {}", request.name),
-                None,
-            ));
-        };
-        let result = pass.get_prompt(request).await;
-        let outcome = if result.is_ok() {
-            Outcome::Observed
-        } else {
-            Outcome::Failed
-        };
-        if !self
-            .pass_audit(&subject, Decision::Allow, outcome, "passthrough.prompts")
+        let name = request.name.to_string();
+        let allowed = self.gate.policy().prompt_allowed(&name);
+        let kind = ("prompts/get", "prompt", "passthrough.prompts");
+        self.pass_through(kind, name, allowed, move |pass| pass.get_prompt(request))
             .await
-        {
-            return Err(ErrorData::internal_error(
-                "the audit log is unavailable",
-                None,
-            ));
-        }
-        result
             .map(GetPromptResponse::Complete)
-            .map_err(|e| self.unavailable(&e))
     }
 
     async fn list_resources(
@@ -266,40 +238,12 @@ impl ServerHandler for GateServer {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let subject = ("resources/read", request.uri.clone());
-        let allowed = self.gate.policy().resource_allowed(&request.uri);
-        let pass = self.toolset.passthrough().filter(|_| allowed);
-        let Some(pass) = pass else {
-            self.pass_audit(
-                &subject,
-                Decision::Deny,
-                Outcome::NotExecuted,
-                "passthrough.resources",
-            )
-            .await;
-            return Err(ErrorData::invalid_params(
-                format!("resource not found: {}", request.uri),
-                None,
-            ));
-        };
-        let result = pass.read_resource(request).await;
-        let outcome = if result.is_ok() {
-            Outcome::Observed
-        } else {
-            Outcome::Failed
-        };
-        if !self
-            .pass_audit(&subject, Decision::Allow, outcome, "passthrough.resources")
+        let uri = request.uri.clone();
+        let allowed = self.gate.policy().resource_allowed(&uri);
+        let kind = ("resources/read", "resource", "passthrough.resources");
+        self.pass_through(kind, uri, allowed, move |pass| pass.read_resource(request))
             .await
-        {
-            return Err(ErrorData::internal_error(
-                "the audit log is unavailable",
-                None,
-            ));
-        }
-        result
             .map(ReadResourceResponse::Complete)
-            .map_err(|e| self.unavailable(&e))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -330,22 +274,46 @@ impl ServerHandler for GateServer {
 }
 
 impl GateServer {
-    /// Audits a pass-through request (a prompt or a resource) like a call without arguments.
-    async fn pass_audit(
-        &self,
-        (method, name): &(&str, String),
-        decision: Decision,
-        outcome: Outcome,
-        rule: &str,
-    ) -> bool {
-        let mut event = self
-            .gate
-            .event(name, &serde_json::Map::new(), decision, outcome, rule);
-        (*method).clone_into(&mut event.method);
-        if let Some(upstream) = self.toolset.origin(name) {
-            event = event.with("upstream", upstream);
+    /// One pass-through request (`method` for `name`, a `what` the policy's `rule` names):
+    /// refused as not found unless the policy allows it, fetched from the upstream otherwise,
+    /// audited either way like a call without arguments, with the upstream named.
+    async fn pass_through<'a, T>(
+        &'a self,
+        (method, what, rule): (&str, &str, &str),
+        name: String,
+        allowed: bool,
+        fetch: impl FnOnce(&'a dyn Passthrough) -> PassFuture<'a, T>,
+    ) -> Result<T, ErrorData> {
+        let audit = |decision, outcome| {
+            let mut event =
+                self.gate
+                    .event(&name, &serde_json::Map::new(), decision, outcome, rule);
+            method.clone_into(&mut event.method);
+            if let Some(upstream) = self.toolset.origin(&name) {
+                event = event.with("upstream", upstream);
+            }
+            self.gate.record(event)
+        };
+        let Some(pass) = self.toolset.passthrough().filter(|_| allowed) else {
+            audit(Decision::Deny, Outcome::NotExecuted).await;
+            return Err(ErrorData::invalid_params(
+                format!("{what} not found: {name}"),
+                None,
+            ));
+        };
+        let result = fetch(pass).await;
+        let outcome = if result.is_ok() {
+            Outcome::Observed
+        } else {
+            Outcome::Failed
+        };
+        if !audit(Decision::Allow, outcome).await {
+            return Err(ErrorData::internal_error(
+                "the audit log is unavailable",
+                None,
+            ));
         }
-        self.gate.record(event).await
+        result.map_err(|e| self.unavailable(&e))
     }
 
     /// A pass-through that could not be served: the reason, with secrets removed, as -32603.
