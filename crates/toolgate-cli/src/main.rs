@@ -85,7 +85,7 @@ fn main() -> ExitCode {
             Command::Keys(args) => keys::run(args).await,
             Command::Audit(command) => audit::run(command),
             Command::Demo(args) => demo::run(args).await,
-            Command::Policy(command) => policy::run(command),
+            Command::Policy(command) => policy::run(command).await,
             Command::Approvals(args) => approvals::run(args).await,
             Command::Killswitch(args) => killswitch::run(args).await,
         }

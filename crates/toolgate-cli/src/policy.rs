@@ -7,10 +7,12 @@ use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
 use serde_json::{Map, Value, json};
-use toolgate::toolset;
+use toolgate::gateway::{PREFIX_SEPARATOR, Upstream};
+use toolgate::toolset::{self, Catalog};
 use toolgate_core::policy::{Action, Situation};
 use toolgate_core::principal::Principal;
 
+use crate::proxy::Upstreams;
 use crate::serve::{check_policy, load_policy, local_principal, open_gates};
 
 #[derive(Debug, clap::Subcommand)]
@@ -21,8 +23,12 @@ pub(crate) enum Command {
         file: PathBuf,
         /// The toolset it will be served with (default: the policy's `name` when it names a
         /// built-in toolset, else ledger).
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["upstreams", "config", "command"])]
         toolset: Option<String>,
+        /// Or the upstreams it will gate (as for `toolgate proxy`): each is started once and its
+        /// tools are read, so the policy is checked against them.
+        #[command(flatten)]
+        upstreams: Upstreams,
     },
     /// Show the decision for one call: tier before and after escalation, the rule that decided,
     /// and what happens next. Budget and kill switch are taken as fresh (not read from a server).
@@ -44,12 +50,20 @@ pub(crate) enum Command {
     },
 }
 
-pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
+pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let mut out = std::io::stdout().lock();
     match command {
-        Command::Check { file, toolset } => {
-            let (policy, warnings) = load_checked(&file, toolset.as_deref(), scratch.path())?;
+        Command::Check {
+            file,
+            toolset,
+            upstreams,
+        } => {
+            let (policy, warnings) = if upstreams.given() {
+                load_checked_upstreams(&file, &upstreams).await?
+            } else {
+                load_checked(&file, toolset.as_deref(), scratch.path())?
+            };
+            let mut out = std::io::stdout().lock();
             for warning in &warnings {
                 writeln!(out, "warning: {warning}")?;
             }
@@ -70,6 +84,7 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
             toolset,
             json: as_json,
         } => {
+            let mut out = std::io::stdout().lock();
             let (policy, _) = load_checked(&file, toolset.as_deref(), scratch.path())?;
             let arguments: Map<String, Value> = match serde_json::from_str(&args) {
                 Ok(Value::Object(map)) => map,
@@ -145,6 +160,41 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The policy, checked against the tools the upstreams offer now (named as `toolgate proxy`
+/// names them). A tool whose schema does not compile is a warning: the proxy would withhold it.
+async fn load_checked_upstreams(
+    file: &Path,
+    upstreams: &Upstreams,
+) -> anyhow::Result<(toolgate_core::policy::Policy, Vec<String>)> {
+    let policy = load_policy(file)?;
+    let specs = upstreams.specs()?;
+    let prefixed = specs.len() > 1;
+    let mut tools = Vec::new();
+    for spec in specs {
+        let name = spec.name.clone();
+        let offered = Upstream::probe(spec)
+            .await
+            .map_err(|e| anyhow!("upstream {name}: {e}"))?;
+        tools.extend(offered.into_iter().map(|mut tool| {
+            if prefixed {
+                tool.name = format!("{name}{PREFIX_SEPARATOR}{}", tool.name).into();
+            }
+            tool
+        }));
+    }
+    let catalog = Catalog::new(tools);
+    let mut warnings = policy
+        .check_tools(&catalog.argument_types())
+        .context("policy does not fit the upstreams' tools")?;
+    for (name, why) in catalog.all_withheld() {
+        warnings.push(format!(
+            "upstream tool {name} would be withheld: {}",
+            why.reason
+        ));
+    }
+    Ok((policy, warnings))
 }
 
 /// The policy, checked against the toolset (built in a scratch directory: nothing of a real data

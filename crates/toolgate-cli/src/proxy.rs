@@ -36,6 +36,11 @@ pub(crate) struct Upstreams {
 }
 
 impl Upstreams {
+    /// Whether any upstream was named.
+    pub(crate) fn given(&self) -> bool {
+        self.config.is_some() || !self.upstreams.is_empty() || !self.command.is_empty()
+    }
+
     pub(crate) fn specs(&self) -> anyhow::Result<Vec<UpstreamSpec>> {
         let mut specs = Vec::new();
         if let Some(path) = &self.config {

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use super::{Bench, Era, Proxy, assert_ran, error_code, is_error, peer, text, tree};
+use crate::toolgate;
 
 /// A bench with a directory the filesystem server may use: `files/notes.txt`,
 /// `files/protected/secret.txt`.
@@ -293,4 +294,49 @@ fn the_untrusted_label_reaches_a_legacy_client() {
 #[test]
 fn the_untrusted_label_reaches_a_2026_client() {
     untrusted_label(Era::Modern);
+}
+
+/// `toolgate policy check FILE -- COMMAND…` checks a gateway policy against the tools the
+/// upstream really offers: the test policy fits; one whose escalation names an argument
+/// `write_file` does not have is refused (exit 2) before anything is served.
+#[test]
+fn policy_check_reads_the_upstreams_tools() {
+    let (bench, root) = files();
+    let server = peer("node/node_modules/.bin/mcp-server-filesystem");
+    let check = |policy: &Path| {
+        toolgate()
+            .args(["policy", "check"])
+            .arg(policy)
+            .arg("--")
+            .arg(&server)
+            .arg(&root)
+            .output()
+            .expect("run toolgate policy check")
+    };
+    let fits = check(&super::repo_root().join("tests/gateway/filesystem.toml"));
+    let said = String::from_utf8_lossy(&fits.stdout);
+    assert!(
+        fits.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&fits.stderr)
+    );
+    assert!(
+        !said.contains("warning"),
+        "every tool the policy names exists: {said}"
+    );
+
+    let misfit = bench.path("misfit.toml");
+    std::fs::write(
+        &misfit,
+        "version = 2\n[defaults]\ntier = \"blocked\"\n[tools.write_file]\ntier = \"medium\"\n\
+         escalate = [{ when = \"args.size > 3\", tier = \"high\" }]\n",
+    )
+    .expect("policy");
+    let refused = check(&misfit);
+    let why = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{why}");
+    assert!(
+        why.contains("`size`") && why.contains("write_file"),
+        "{why}"
+    );
 }
