@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
-use toolgate::gateway::{self, Lock, Upstream};
+use toolgate::gateway::{self, Lock};
 
 use crate::proxy::Upstreams;
 
@@ -25,7 +25,6 @@ pub(crate) struct Args {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let specs = args.upstreams.specs()?;
     let path = args
         .lock
         .clone()
@@ -35,14 +34,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         None
     };
-    let mut fetched = Vec::new();
-    for spec in specs {
-        let name = spec.name.clone();
-        let tools = Upstream::probe(spec)
-            .await
-            .map_err(|e| anyhow!("upstream {name}: {e}"))?;
-        fetched.push((name, tools));
-    }
+    let fetched = args.upstreams.probe().await?;
     let lock = Lock::of(fetched.iter().map(|(n, t)| (n.as_str(), t.as_slice())));
     let mut report = String::new();
     for (upstream, tools) in &fetched {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, anyhow};
 use serde_json::{Map, Value, json};
-use toolgate::gateway::{PREFIX_SEPARATOR, Upstream};
+use toolgate::gateway::exposed_name;
 use toolgate::toolset::{self, Catalog};
 use toolgate_core::policy::{Action, Situation};
 use toolgate_core::principal::Principal;
@@ -169,18 +169,12 @@ async fn load_checked_upstreams(
     upstreams: &Upstreams,
 ) -> anyhow::Result<(toolgate_core::policy::Policy, Vec<String>)> {
     let policy = load_policy(file)?;
-    let specs = upstreams.specs()?;
-    let prefixed = specs.len() > 1;
+    let fetched = upstreams.probe().await?;
+    let prefixed = fetched.len() > 1;
     let mut tools = Vec::new();
-    for spec in specs {
-        let name = spec.name.clone();
-        let offered = Upstream::probe(spec)
-            .await
-            .map_err(|e| anyhow!("upstream {name}: {e}"))?;
+    for (upstream, offered) in fetched {
         tools.extend(offered.into_iter().map(|mut tool| {
-            if prefixed {
-                tool.name = format!("{name}{PREFIX_SEPARATOR}{}", tool.name).into();
-            }
+            tool.name = exposed_name(&upstream, &tool.name, prefixed).into();
             tool
         }));
     }

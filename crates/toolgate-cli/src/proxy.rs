@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use toolgate::gateway::{self, Gateway, Lock, UpstreamSpec};
+use rmcp::model::Tool;
+use toolgate::gateway::{self, Gateway, Lock, Upstream, UpstreamSpec};
 use toolgate::toolset::Toolset;
 use toolgate_store::journal::Durability;
 
@@ -65,6 +66,20 @@ impl Upstreams {
             bail!("two upstreams are named {:?}", pair[0]);
         }
         Ok(specs)
+    }
+
+    /// Starts each upstream once and reads its tools (for `pin` and `policy check`), in the
+    /// order given, each with its upstream's name.
+    pub(crate) async fn probe(&self) -> anyhow::Result<Vec<(String, Vec<Tool>)>> {
+        let mut fetched = Vec::new();
+        for spec in self.specs()? {
+            let name = spec.name.clone();
+            let tools = Upstream::probe(spec)
+                .await
+                .map_err(|e| anyhow!("upstream {name}: {e}"))?;
+            fetched.push((name, tools));
+        }
+        Ok(fetched)
     }
 }
 

@@ -34,6 +34,16 @@ use crate::toolset::{Call, CallFuture, Catalog, DryRunFuture, PassFuture, Passth
 /// Separates the upstream's name from its tool's name when there are several upstreams.
 pub const PREFIX_SEPARATOR: &str = "__";
 
+/// The name a client sees for `tool` of `upstream`: prefixed when there are several upstreams.
+#[must_use]
+pub fn exposed_name(upstream: &str, tool: &str, prefixed: bool) -> String {
+    if prefixed {
+        format!("{upstream}{PREFIX_SEPARATOR}{tool}")
+    } else {
+        tool.to_owned()
+    }
+}
+
 /// How long start-up waits for every upstream's first connection attempt.
 const FIRST_CONNECT_WAIT: Duration = Duration::from_secs(30);
 
@@ -99,12 +109,6 @@ impl Gateway {
         Self { inner }
     }
 
-    /// The upstreams, for status and tests.
-    #[must_use]
-    pub fn upstreams(&self) -> &[Arc<Upstream>] {
-        &self.inner.upstreams
-    }
-
     fn snapshot(&self) -> Arc<Snapshot> {
         Arc::clone(
             &self
@@ -125,11 +129,7 @@ impl Inner {
         let mut withheld = Vec::new();
         for (index, upstream) in self.upstreams.iter().enumerate() {
             for tool in upstream.tools().iter() {
-                let name = if self.prefixed {
-                    format!("{}{PREFIX_SEPARATOR}{}", upstream.name(), tool.name)
-                } else {
-                    tool.name.to_string()
-                };
+                let name = exposed_name(upstream.name(), &tool.name, self.prefixed);
                 let pin = self
                     .lock
                     .as_ref()
@@ -256,11 +256,7 @@ impl Toolset for Gateway {
             let snapshot = self.snapshot();
             let (index, _) = snapshot.routes.get(name)?;
             let upstream = &self.inner.upstreams[*index];
-            let offered = if self.inner.prefixed {
-                format!("{}{PREFIX_SEPARATOR}{preview_tool}", upstream.name())
-            } else {
-                preview_tool.to_owned()
-            };
+            let offered = exposed_name(upstream.name(), preview_tool, self.inner.prefixed);
             let (_, upstream_name) = snapshot.routes.get(&offered)?;
             let safe = read_only(snapshot.catalog.get(&offered)) || !rule.dry_run_args.is_empty();
             if !safe {
@@ -297,23 +293,10 @@ impl Toolset for Gateway {
         Some(self.inner.version.subscribe())
     }
 
+    /// The upstream the name's prefix (or the only upstream) names; withheld tools included.
     fn origin(&self, name: &str) -> Option<String> {
-        let snapshot = self.snapshot();
-        let index = snapshot
-            .routes
-            .get(name)
-            .map(|(index, _)| *index)
-            .or_else(|| {
-                // Withheld tools are not routed; their prefix (or the only upstream) names them.
-                match self.inner.upstreams.as_slice() {
-                    [_] => Some(0),
-                    many => many.iter().position(|u| {
-                        name.strip_prefix(u.name())
-                            .is_some_and(|rest| rest.starts_with(PREFIX_SEPARATOR))
-                    }),
-                }
-            })?;
-        Some(self.inner.upstreams[index].name().to_owned())
+        self.route(name)
+            .map(|(upstream, _)| upstream.name().to_owned())
     }
 }
 
@@ -336,14 +319,6 @@ impl Gateway {
                 .map(|own| (u, own))
         })
     }
-
-    fn exposed(&self, upstream: &Upstream, name: &str) -> String {
-        if self.inner.prefixed {
-            format!("{}{PREFIX_SEPARATOR}{name}", upstream.name())
-        } else {
-            name.to_owned()
-        }
-    }
 }
 
 impl Passthrough for Gateway {
@@ -354,7 +329,7 @@ impl Passthrough for Gateway {
                 let Ok(peer) = upstream.peer() else { continue };
                 match peer.list_all_prompts().await {
                     Ok(prompts) => all.extend(prompts.into_iter().map(|mut p| {
-                        p.name = self.exposed(upstream, &p.name);
+                        p.name = exposed_name(upstream.name(), &p.name, self.inner.prefixed);
                         p
                     })),
                     // An upstream without prompts says so with an error; that is not ours.
