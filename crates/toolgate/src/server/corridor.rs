@@ -67,21 +67,8 @@ impl<'a> Corridor<'a> {
             };
             return Err(self.refuse(name, &arguments, denial, false).await);
         }
-        let registered = self.catalog.has(name);
-        let admitted = match gate.policy().admit(name, &arguments) {
-            Ok(()) if registered => Ok(()),
-            Ok(()) => Err((
-                Denial {
-                    tool: name.to_owned(),
-                    rule: "unknown_tool".to_owned(),
-                },
-                false,
-            )),
-            Err(denial) => {
-                let visible = registered && gate.policy().visible(name);
-                Err((denial, visible))
-            }
-        };
+        // The gate's own admission rule; refused here so that the record names the upstream.
+        let admitted = gate.admission(name, &arguments, self.catalog.has(name));
         if let Err((denial, visible)) = admitted {
             return Err(self.refuse(name, &arguments, denial, visible).await);
         }

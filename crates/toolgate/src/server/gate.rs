@@ -150,18 +150,35 @@ impl Gate {
         arguments: &Map<String, Value>,
         registered: bool,
     ) -> Result<(), ErrorData> {
+        match self.admission(tool, arguments, registered) {
+            Ok(()) => Ok(()),
+            Err((denial, visible)) => Err(self.refuse(tool, arguments, denial, visible).await),
+        }
+    }
+
+    /// The decision of [`Gate::admit`] without its audit record: the denial, and whether the tool
+    /// is visible to the caller (then the answer may name the rule).
+    ///
+    /// # Errors
+    /// The call is refused.
+    pub fn admission(
+        &self,
+        tool: &str,
+        arguments: &Map<String, Value>,
+        registered: bool,
+    ) -> Result<(), (Denial, bool)> {
         match self.policy.admit(tool, arguments) {
             Ok(()) if registered => Ok(()),
-            Ok(()) => {
-                let denial = Denial {
+            Ok(()) => Err((
+                Denial {
                     tool: tool.to_owned(),
                     rule: "unknown_tool".to_owned(),
-                };
-                Err(self.refuse(tool, arguments, denial, false).await)
-            }
+                },
+                false,
+            )),
             Err(denial) => {
                 let visible = registered && self.policy.visible(tool);
-                Err(self.refuse(tool, arguments, denial, visible).await)
+                Err((denial, visible))
             }
         }
     }
