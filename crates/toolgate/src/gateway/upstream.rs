@@ -31,7 +31,7 @@ use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
-use super::progress::Routes;
+use super::progress::{self, Routes};
 use super::spec::{Target, UpstreamSpec};
 use crate::toolset::CallError;
 
@@ -42,9 +42,6 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 /// Bound on connecting (start, discover or initialize, first tools/list).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Where a caller wants progress for one forwarded call: its connection and its own token.
-pub(super) type ProgressRoute = super::progress::Target;
 
 /// One upstream and its supervisor's view of it.
 #[derive(Debug)]
@@ -112,14 +109,6 @@ impl Upstream {
             let why = lock(&self.down_because).clone();
             format!("upstream {} is not connected ({why})", self.spec.name)
         })
-    }
-
-    /// Whether a connection is up now.
-    #[must_use]
-    pub fn connected(&self) -> bool {
-        lock(&self.peer)
-            .as_ref()
-            .is_some_and(|p| !p.is_transport_closed())
     }
 
     /// Waits until the first connection attempt has ended (connected or failed), at most `limit`.
@@ -288,7 +277,7 @@ impl Upstream {
         &self,
         tool: &str,
         arguments: Map<String, Value>,
-        progress: Option<ProgressRoute>,
+        progress: Option<progress::Target>,
         read_only: bool,
     ) -> Result<CallToolResult, CallError> {
         let Some(peer) = lock(&self.peer).clone() else {

@@ -51,8 +51,8 @@ impl Corridor<'_> {
         verdict: &Verdict,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let key = match self.idempotency_key(name, &arguments) {
-            Ok(Some(key)) => key,
+        let (key, digest) = match self.idempotency_key(name, &arguments) {
+            Ok(Some(keyed)) => keyed,
             Ok(None) => return self.run(name, arguments, principal, verdict, context).await,
             Err(refusal) => return Ok(refusal),
         };
@@ -68,7 +68,6 @@ impl Corridor<'_> {
                 .await);
         };
         let retry_in_doubt = gate.policy().rule(name).is_some_and(|r| r.idempotent);
-        let digest = canonical::digest(&Value::Object(arguments.clone()));
         let id = Key {
             principal: &principal.sub,
             tool: name,
@@ -243,13 +242,14 @@ impl Corridor<'_> {
         ran.answer
     }
 
-    /// The key the policy names for this call: `Ok(None)` when the tool has none (or keeps its
-    /// own), an `isError` answer when the argument that should carry it is missing.
+    /// The key the policy names for this call and the digest of the arguments it is bound to:
+    /// `Ok(None)` when the tool has none (or keeps its own), an `isError` answer when the argument
+    /// that should carry it is missing.
     fn idempotency_key(
         &self,
         name: &str,
         arguments: &Map<String, Value>,
-    ) -> Result<Option<String>, CallToolResult> {
+    ) -> Result<Option<(String, String)>, CallToolResult> {
         let Some(arg) = self
             .gate
             .policy()
@@ -261,12 +261,13 @@ impl Corridor<'_> {
         if self.toolset.records_itself(name) {
             return Ok(None);
         }
+        let digest = canonical::digest(&Value::Object(arguments.clone()));
         if arg == WHOLE_ARGUMENTS {
-            return Ok(Some(canonical::digest(&Value::Object(arguments.clone()))));
+            return Ok(Some((digest.clone(), digest)));
         }
         match arguments.get(arg) {
-            Some(Value::String(key)) if !key.is_empty() => Ok(Some(key.clone())),
-            Some(Value::Number(key)) => Ok(Some(key.to_string())),
+            Some(Value::String(key)) if !key.is_empty() => Ok(Some((key.clone(), digest))),
+            Some(Value::Number(key)) => Ok(Some((key.to_string(), digest))),
             _ => Err(outcome::tool_error(
                 format!(
                     "{name} needs an idempotency key in its {arg:?} argument (a non-empty string); nothing was done"
