@@ -94,6 +94,8 @@ pub enum Outcome {
     SwitchOn,
     /// The kill switch was turned off.
     SwitchOff,
+    /// The caller used up its rate limit for the tool; nothing ran.
+    RateLimited,
 }
 
 impl Outcome {
@@ -118,6 +120,7 @@ impl Outcome {
             Self::InDoubt => "in_doubt",
             Self::SwitchOn => "switch_on",
             Self::SwitchOff => "switch_off",
+            Self::RateLimited => "rate_limited",
         }
     }
 }

@@ -19,7 +19,8 @@ mod raw;
 #[cfg(test)]
 mod tests;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -28,7 +29,7 @@ pub use condition::Condition;
 pub use error::PolicyError;
 
 use crate::principal::Principal;
-use raw::{RawArgRule, RawTool, RawV1, RawV2};
+use raw::{RawArgRule, RawRateLimit, RawTool, RawV1, RawV2};
 
 /// The policy of seed 000, verbatim: what `toolgate demo` runs with and the README's example.
 pub const SEED_POLICY: &str = include_str!("seed-policy.json");
@@ -104,6 +105,8 @@ pub struct ToolRule {
     pub timeout: Option<Duration>,
     /// HTTP: the OAuth scope this tool needs.
     pub scope: Option<String>,
+    /// Calls per principal to this tool; overrides `defaults.rate_limit`.
+    pub rate_limit: Option<RateLimit>,
     /// `untrusted` output is sanitised before it reaches the model.
     pub untrusted_output: bool,
     /// Gateway: a tool of the same upstream that previews this one, called instead of it when the
@@ -127,6 +130,15 @@ pub struct Defaults {
     pub medium_window: Duration,
     /// A handler that runs longer gets an error result.
     pub timeout: Duration,
+    /// Calls per principal and tool for tools without their own limit (none: unlimited).
+    pub rate_limit: Option<RateLimit>,
+}
+
+/// A token bucket: `burst` calls at once, then one more every `every` (per principal and tool).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RateLimit {
+    pub burst: NonZeroU32,
+    pub every: Duration,
 }
 
 impl Default for Defaults {
@@ -138,6 +150,7 @@ impl Default for Defaults {
             medium_budget: 5,
             medium_window: Duration::from_secs(3600),
             timeout: Duration::from_secs(60),
+            rate_limit: None,
         }
     }
 }
@@ -284,6 +297,7 @@ impl Policy {
             medium_window: dur(d.medium_window.as_deref(), "defaults.medium_window")?
                 .unwrap_or(base.medium_window),
             timeout: dur(d.timeout.as_deref(), "defaults.timeout")?.unwrap_or(base.timeout),
+            rate_limit: rate_limit(d.rate_limit, "defaults.rate_limit")?,
         };
         if let Some(name) = &raw.name
             && (name.is_empty()
@@ -368,6 +382,29 @@ impl Policy {
             Some(tier) => (tier, format!("tools.{tool}.tier")),
             None => (self.defaults.tier, "defaults.tier".to_owned()),
         }
+    }
+
+    /// The OAuth scope a call to `tool` needs on HTTP (none: any authenticated caller).
+    #[must_use]
+    pub fn scope(&self, tool: &str) -> Option<&str> {
+        self.rule(tool).and_then(|r| r.scope.as_deref())
+    }
+
+    /// Every scope the policy names, for the protected resource metadata's `scopes_supported`.
+    #[must_use]
+    pub fn scopes(&self) -> BTreeSet<&str> {
+        self.tools
+            .values()
+            .filter_map(|r| r.scope.as_deref())
+            .collect()
+    }
+
+    /// The rate limit on `tool`: its own, else the policy's default, else none.
+    #[must_use]
+    pub fn rate_limit(&self, tool: &str) -> Option<RateLimit> {
+        self.rule(tool)
+            .and_then(|r| r.rate_limit)
+            .or(self.defaults.rate_limit)
     }
 
     /// Whether `tool` exists for the caller: listed by `tools/list` and callable at all.
@@ -587,6 +624,16 @@ fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
             ));
         }
     };
+    if let Some(scope) = &raw.scope
+        && !is_scope_token(scope)
+    {
+        return Err(invalid(
+            &field("scope"),
+            format!(
+                "{scope:?} is not one OAuth scope (RFC 6749 §3.3: no spaces, quotes or backslashes)"
+            ),
+        ));
+    }
     if let Some(env) = &raw.gate_env
         && (env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
     {
@@ -605,10 +652,30 @@ fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
         idempotent: raw.idempotent.unwrap_or(false),
         timeout: dur(raw.timeout.as_deref(), &field("timeout"))?,
         scope: raw.scope,
+        rate_limit: rate_limit(raw.rate_limit, &field("rate_limit"))?,
         untrusted_output,
         dry_run_tool: raw.dry_run_tool,
         dry_run_args: raw.dry_run_args,
     })
+}
+
+/// A scope token per RFC 6749 §3.3: `%x21 / %x23-5B / %x5D-7E`, at least one.
+fn is_scope_token(scope: &str) -> bool {
+    !scope.is_empty()
+        && scope
+            .bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5B).contains(&b) || (0x5D..=0x7E).contains(&b))
+}
+
+fn rate_limit(raw: Option<RawRateLimit>, field: &str) -> Result<Option<RateLimit>, PolicyError> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let burst = NonZeroU32::new(raw.burst)
+        .ok_or_else(|| invalid(&format!("{field}.burst"), "must be at least 1".to_owned()))?;
+    let every = dur(Some(&raw.every), &format!("{field}.every"))?
+        .ok_or_else(|| invalid(&format!("{field}.every"), "is required".to_owned()))?;
+    Ok(Some(RateLimit { burst, every }))
 }
 
 fn arg_rules(

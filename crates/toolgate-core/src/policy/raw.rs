@@ -54,6 +54,16 @@ pub(super) struct RawDefaults {
     pub(super) medium_budget: Option<u32>,
     pub(super) medium_window: Option<String>,
     pub(super) timeout: Option<String>,
+    pub(super) rate_limit: Option<RawRateLimit>,
+}
+
+/// `{ burst = 20, every = "2s" }`: a call may use one of `burst` saved tokens; one comes back
+/// every `every`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRateLimit {
+    pub(super) burst: u32,
+    pub(super) every: String,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -70,6 +80,7 @@ pub(super) struct RawTool {
     pub(super) idempotent: Option<bool>,
     pub(super) timeout: Option<String>,
     pub(super) scope: Option<String>,
+    pub(super) rate_limit: Option<RawRateLimit>,
     pub(super) output: Option<String>,
     pub(super) dry_run_tool: Option<String>,
     #[serde(default)]

@@ -319,3 +319,64 @@ fn conditions_are_checked_against_the_tools_schemas() {
         "{err}"
     );
 }
+
+#[test]
+fn rate_limits_and_scopes_come_from_the_tool_or_the_defaults() {
+    let policy = Policy::from_bytes(
+        br#"
+version = 2
+[defaults]
+tier = "low"
+rate_limit = { burst = 20, every = "2s" }
+[tools.search]
+scope = "tickets:read"
+rate_limit = { burst = 5, every = "1m" }
+[tools.note]
+scope = "tickets:write"
+"#,
+    )
+    .unwrap();
+    let own = policy.rate_limit("search").unwrap();
+    assert_eq!(
+        (own.burst.get(), own.every),
+        (5, std::time::Duration::from_secs(60))
+    );
+    let default = policy.rate_limit("note").unwrap();
+    assert_eq!(
+        (default.burst.get(), default.every),
+        (20, std::time::Duration::from_secs(2))
+    );
+    assert_eq!(policy.scope("search"), Some("tickets:read"));
+    assert_eq!(policy.scope("unnamed"), None);
+    assert_eq!(
+        policy.scopes().into_iter().collect::<Vec<_>>(),
+        ["tickets:read", "tickets:write"]
+    );
+    let unlimited = Policy::from_bytes(b"version = 2\n").unwrap();
+    assert_eq!(unlimited.rate_limit("anything"), None);
+}
+
+#[test]
+fn bad_rate_limits_and_scopes_are_load_errors() {
+    for (text, field) in [
+        (
+            "[tools.a]\nrate_limit = { burst = 0, every = \"1s\" }",
+            "tools.a.rate_limit.burst",
+        ),
+        (
+            "[tools.a]\nrate_limit = { burst = 3, every = \"soon\" }",
+            "tools.a.rate_limit.every",
+        ),
+        (
+            "[defaults]\nrate_limit = { burst = 3 }",
+            "not valid policy TOML",
+        ),
+        ("[tools.a]\nscope = \"two scopes\"", "tools.a.scope"),
+        ("[tools.a]\nscope = \"\"", "tools.a.scope"),
+    ] {
+        let err = Policy::from_bytes(format!("version = 2\n{text}").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(field), "{text}: {err}");
+    }
+}
