@@ -7,6 +7,7 @@
 mod approvals;
 mod audit;
 mod demo;
+mod http;
 mod identity;
 mod keys;
 mod killswitch;
@@ -30,10 +31,11 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve a built-in toolset over MCP on stdin/stdout, behind the policy gate.
+    /// Serve a built-in toolset over MCP on stdin/stdout (or Streamable HTTP with `--http`),
+    /// behind the policy gate.
     Serve(serve::Args),
     /// Put the gate in front of existing MCP servers (stdio child processes or HTTP URLs) and
-    /// serve their tools on stdin/stdout.
+    /// serve their tools on stdin/stdout (or Streamable HTTP with `--http`).
     Proxy(proxy::Args),
     /// Pin the upstreams' tool definitions in a lock file that `proxy` enforces.
     Pin(pin::Args),
@@ -72,7 +74,7 @@ fn main() -> ExitCode {
     // on one worker it does fewer cross-thread wake-ups: 14-25% more calls/s at 16 in flight and
     // 0.05 ms less per sequential call (bench/proxy.sh, docs/performance.md). TOKIO_WORKER_THREADS
     // still decides when it is set.
-    if matches!(cli.command, Command::Proxy(_))
+    if matches!(&cli.command, Command::Proxy(args) if !args.http.enabled())
         && std::env::var_os("TOKIO_WORKER_THREADS").is_none()
     {
         builder.worker_threads(1);

@@ -200,10 +200,11 @@ fn load_checked(
 ) -> anyhow::Result<(toolgate_core::policy::Policy, Vec<String>)> {
     let policy = load_policy(file)?;
     let toolset = toolset.unwrap_or(match policy.name() {
-        Some(name @ ("ledger" | "notes" | "orders")) => name,
+        Some(name @ ("ledger" | "notes" | "orders" | "helpdesk" | "docs")) => name,
         _ => "ledger",
     });
-    let tools = toolset::by_name(toolset, scratch).map_err(|e| anyhow!(e))?;
+    let tools =
+        toolset::by_name(toolset, scratch, &toolset::Options::default()).map_err(|e| anyhow!(e))?;
     let warnings = check_policy(&policy, tools.as_ref())?;
     Ok((policy, warnings))
 }

@@ -15,7 +15,7 @@ use toolgate::gateway::{self, Gateway, Lock, Upstream, UpstreamSpec};
 use toolgate::toolset::Toolset;
 use toolgate_store::journal::Durability;
 
-use crate::serve::{check_policy, load_policy, open_gate, serve_stdio};
+use crate::serve::{check_policy, load_policy, open_gate, serve_gate};
 
 /// Where the upstreams are; shared by `proxy` and `pin`.
 #[derive(Debug, clap::Args)]
@@ -132,6 +132,8 @@ pub(crate) struct Args {
     audit: AuditMode,
     #[command(flatten)]
     upstreams: Upstreams,
+    #[command(flatten)]
+    pub(crate) http: crate::http::HttpArgs,
 }
 
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -166,9 +168,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         upstreams = ?names,
         tools = gateway.catalog().tools().len(),
         head = %gate.journal().head(),
-        "toolgate proxy serving on stdio"
+        "toolgate proxy serving"
     );
-    serve_stdio(gate, Arc::new(gateway), grace).await
+    serve_gate(gate, Arc::new(gateway), grace, &args.http).await
 }
 
 /// The lock to enforce: the one named, else the policy's own if it exists, else none (said

@@ -36,9 +36,16 @@ pub(crate) struct Args {
     /// log line, error and echoed argument. Repeatable. Read at start, never printed.
     #[arg(long = "secret-file", value_name = "FILE")]
     secret_files: Vec<PathBuf>,
-    /// Seconds to let calls already received finish after stdin closes.
+    /// Seconds to let calls already received finish after stdin closes (or, on HTTP, after
+    /// SIGINT/SIGTERM).
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     grace: f64,
+    /// docs toolset: a host `fetch_doc` may fetch from. Repeatable; default: the built-in
+    /// documentation sites.
+    #[arg(long = "docs-host", value_name = "HOST")]
+    docs_hosts: Vec<String>,
+    #[command(flatten)]
+    http: crate::http::HttpArgs,
 }
 
 /// Loads and validates a policy file (version 1 JSON or version 2 TOML).
@@ -94,7 +101,12 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = load_policy(&args.policy)?;
     // Check against a scratch instance first: a policy that does not fit changes nothing on disk.
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let probe = toolset::by_name(&args.toolset, scratch.path()).map_err(|e| anyhow!(e))?;
+    let options = toolset::Options {
+        docs_hosts: args.docs_hosts.clone(),
+        ..toolset::Options::default()
+    };
+    let probe =
+        toolset::by_name(&args.toolset, scratch.path(), &options).map_err(|e| anyhow!(e))?;
     // A kit toolset must offer every tool it registers (a gateway withholds instead).
     if let Some((name, why)) = probe.catalog().all_withheld().iter().next() {
         return Err(anyhow!("tool {name}: {}", why.reason));
@@ -103,7 +115,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::warn!(%warning, "policy");
     }
     drop((probe, scratch));
-    let toolset = toolset::by_name(&args.toolset, &args.data).map_err(|e| anyhow!(e))?;
+    let toolset = toolset::by_name(&args.toolset, &args.data, &options).map_err(|e| anyhow!(e))?;
     let grace =
         Duration::try_from_secs_f64(args.grace).context("--grace must be a non-negative number")?;
     let policy_sha256 = policy.sha256().to_owned();
@@ -113,9 +125,9 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         data = %args.data.display(),
         toolset = %args.toolset,
         head = %gate.journal().head(),
-        "toolgate serving on stdio"
+        "toolgate serving"
     );
-    serve_stdio(gate, Arc::from(toolset), grace).await
+    serve_gate(gate, Arc::from(toolset), grace, &args.http).await
 }
 
 /// Everything a gate needs from the data directory: the journal (repaired after a crash), the
@@ -155,18 +167,24 @@ pub(crate) async fn open_gate(
         .with_principal(local_principal()))
 }
 
-/// Serves `toolset` behind `gate` on stdio until stdin closes and the grace period ends.
-pub(crate) async fn serve_stdio(
+/// Serves `toolset` behind `gate` on stdio until stdin closes, or on HTTP (`--http`) until
+/// SIGINT/SIGTERM; then calls already received get the grace period to finish.
+pub(crate) async fn serve_gate(
     gate: Gate,
     toolset: Arc<dyn toolset::Toolset>,
     grace: Duration,
+    http: &crate::http::HttpArgs,
 ) -> anyhow::Result<ExitCode> {
     let journal = gate.journal().clone();
     let sweeper = tokio::spawn(toolgate::server::audit_resolutions(gate.clone()));
     let server = GateServer::new(gate, toolset);
-    stdio::serve(server, grace)
-        .await
-        .context("stdio transport failed")?;
+    if http.enabled() {
+        crate::http::serve(server, http, grace).await?;
+    } else {
+        stdio::serve(server, grace)
+            .await
+            .context("stdio transport failed")?;
+    }
     sweeper.abort();
     let stats = journal.stats();
     tracing::info!(

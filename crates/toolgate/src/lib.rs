@@ -6,6 +6,7 @@
 //! crate only walks calls through them, so an rmcp upgrade touches this folder and nothing else.
 
 pub mod gateway;
+pub mod http;
 pub mod outcome;
 pub mod server;
 pub mod stdio;
@@ -17,4 +18,10 @@ pub use server::GateServer;
 #[must_use]
 pub fn implementation() -> rmcp::model::Implementation {
     rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION"))
+}
+
+/// Outgoing HTTPS (upstreams, JWKS, documents) uses rustls with ring; installed once per process
+/// (a second install is a no-op error).
+pub(crate) fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }

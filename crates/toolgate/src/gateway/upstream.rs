@@ -250,7 +250,7 @@ impl Upstream {
                     .map_err(|e| Handshake::Failed(Box::new(e)))
             }
             Target::Http { url, bearer_env } => {
-                install_tls_provider();
+                crate::install_tls_provider();
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 if let Some(var) = bearer_env {
                     // The upstream's own credential, from the gateway's environment; never
@@ -464,12 +464,6 @@ impl Drop for CancelOnDrop {
             });
         }
     }
-}
-
-/// HTTPS to upstreams uses rustls with ring; installed once per process (a second install is a
-/// no-op error).
-fn install_tls_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Whether a failed discover means "this server speaks only `initialize` revisions".

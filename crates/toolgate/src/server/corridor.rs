@@ -1,6 +1,7 @@
 //! The corridor (DESIGN.md §1): the one path every `tools/call` walks, in order.
 //!
-//! kill switch → visibility and argument rules (-32602) → schema (isError) → tier, escalation,
+//! kill switch → visibility (with the token's scopes) and argument rules (-32602) → rate limit
+//! (isError) → schema (isError) → tier, escalation,
 //! budget, gate switch → approval (`approval.rs`) → idempotency claim, execute with timeout and
 //! cancellation, sanitise untrusted output (`execute.rs`) → audit. Each refusal is audited before it
 //! is answered; a store that cannot answer means the call does not run. Kit tools and upstream tools
@@ -72,6 +73,11 @@ impl<'a> Corridor<'a> {
         if let Err((denial, visible)) = admitted {
             return Err(self.refuse(name, &arguments, denial, visible).await);
         }
+        if let Some(limit) = gate.policy().rate_limit(name)
+            && let Err(wait) = gate.limits().take(limit, &gate.principal().sub, name)
+        {
+            return Ok(self.rate_limited(name, &arguments, wait).await);
+        }
         let args = Value::Object(arguments.clone());
         if let Some(schema) = self.catalog.schema(name)
             && let Err(invalid) = schema.validate(&args)
@@ -119,7 +125,7 @@ impl<'a> Corridor<'a> {
                 };
                 // The tool is listed for this caller; the arguments made it blocked. Saying so is
                 // no leak, and "unknown tool" would be a lie the model cannot act on.
-                let visible = policy.visible(name);
+                let visible = gate.visible(name);
                 Err(self.refuse(name, &arguments, denial, visible).await)
             }
             Action::RefuseWithDryRun => Ok(self.refuse_gated(name, &arguments, &verdict).await),
@@ -166,6 +172,32 @@ impl<'a> Corridor<'a> {
             &denial.rule,
         );
         self.gate.refuse_recorded(event, &denial, visible).await
+    }
+
+    /// The caller's bucket for this tool is empty: an error result it can relay ("retry after N
+    /// s", rounded up), audited `deny / rate_limited`; nothing ran.
+    async fn rate_limited(
+        &self,
+        name: &str,
+        arguments: &Map<String, Value>,
+        wait: std::time::Duration,
+    ) -> CallToolResult {
+        let event = self.event(
+            name,
+            arguments,
+            Decision::Deny,
+            Outcome::RateLimited,
+            "rate_limit",
+        );
+        if !self.gate.record(event).await {
+            return outcome::audit_unavailable(name);
+        }
+        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        tracing::info!(tool = name, principal = %self.gate.principal().sub, retry_after_s = seconds, "rate limit reached");
+        outcome::tool_error(
+            format!("rate limit reached, retry after {seconds} s"),
+            json!({"status": "rate_limited", "retry_after_s": seconds, "rule": "rate_limit"}),
+        )
     }
 
     /// Whether the kill switch is on; a switch that cannot be read counts as on.

@@ -18,6 +18,7 @@ use toolgate_store::idempotency::IdempotencyStore;
 use toolgate_store::journal::Journal;
 use toolgate_store::state::StateStore;
 
+use super::limits::RateLimits;
 use crate::outcome;
 
 /// Policy, stores and switches; cloned into every call.
@@ -34,6 +35,8 @@ pub struct Gate {
     /// This process run's id, which owns the idempotency keys it claims: a key still in flight
     /// under another run's id was cut off by a crash.
     owner: Arc<str>,
+    /// Token buckets per principal and tool, shared by every caller of this gate.
+    limits: Arc<RateLimits>,
 }
 
 impl Gate {
@@ -50,6 +53,7 @@ impl Gate {
             principal: Principal::new("local:unknown"),
             idempotency: None,
             owner: Arc::from(toolgate_store::idempotency::boot_id()),
+            limits: Arc::default(),
         }
     }
 
@@ -96,7 +100,8 @@ impl Gate {
         self
     }
 
-    /// Who calls on this connection (stdio: the local user the server runs as).
+    /// Who calls on this connection (stdio: the local user the server runs as); on HTTP each
+    /// request gets a copy of the gate with its token's principal.
     #[must_use]
     pub fn with_principal(mut self, principal: Principal) -> Self {
         self.principal = principal;
@@ -131,6 +136,18 @@ impl Gate {
     #[must_use]
     pub fn principal(&self) -> &Principal {
         &self.principal
+    }
+
+    #[must_use]
+    pub fn limits(&self) -> &RateLimits {
+        &self.limits
+    }
+
+    /// Whether the caller may see and call `tool`: the policy shows it, and the caller's token
+    /// carries the scope it needs (on HTTP).
+    #[must_use]
+    pub fn visible(&self, tool: &str) -> bool {
+        self.policy.visible(tool) && self.principal.may(self.policy.scope(tool))
     }
 
     /// Whether `tool`'s gate switch is on.
@@ -168,6 +185,15 @@ impl Gate {
         registered: bool,
     ) -> Result<(), (Denial, bool)> {
         match self.policy.admit(tool, arguments) {
+            // The HTTP layer answers a missing scope with 403 before this; here it is the
+            // defence in depth, and reads like a tool that does not exist.
+            Ok(()) if registered && !self.principal.may(self.policy.scope(tool)) => Err((
+                Denial {
+                    tool: tool.to_owned(),
+                    rule: "scope".to_owned(),
+                },
+                false,
+            )),
             Ok(()) if registered => Ok(()),
             Ok(()) => Err((
                 Denial {
@@ -177,7 +203,7 @@ impl Gate {
                 false,
             )),
             Err(denial) => {
-                let visible = registered && self.policy.visible(tool);
+                let visible = registered && self.visible(tool);
                 Err((denial, visible))
             }
         }
@@ -220,7 +246,7 @@ impl Gate {
         outcome: Outcome,
         rule: &str,
     ) -> Event {
-        Event::tool_call(
+        let event = Event::tool_call(
             request_label(arguments),
             tool,
             decision,
@@ -229,7 +255,11 @@ impl Gate {
         )
         .with("rule", rule)
         .with("policy_sha256", self.policy.sha256())
-        .with("principal", self.principal.sub.as_str())
+        .with("principal", self.principal.sub.as_str());
+        match &self.principal.client_id {
+            Some(client) => event.with("client_id", client.as_str()),
+            None => event,
+        }
     }
 
     /// Records `event`; on failure logs it and returns false (the caller decides what fails closed).

@@ -11,6 +11,7 @@ mod approval;
 mod corridor;
 mod execute;
 mod gate;
+mod limits;
 mod resolutions;
 
 use std::borrow::Cow;
@@ -25,9 +26,11 @@ use rmcp::model::{
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use toolgate_core::audit::{Decision, Outcome};
+use toolgate_core::principal::Principal;
 
 pub use corridor::{fingerprint, now_ms, rfc3339};
 pub use gate::{Gate, request_label};
+pub use limits::RateLimits;
 pub use resolutions::audit_resolutions;
 
 use crate::toolset::{PassFuture, Passthrough, Toolset};
@@ -68,18 +71,18 @@ impl GateServer {
 
     /// Tools the caller may see. Gated tools say so in their description and in `_meta`, with the
     /// variable that opens them; annotations pass through untouched.
-    fn visible_tools(&self) -> Vec<Tool> {
-        let policy = self.gate.policy();
+    fn visible_tools(&self, gate: &Gate) -> Vec<Tool> {
+        let policy = gate.policy();
         self.toolset
             .catalog()
             .tools()
             .iter()
-            .filter(|tool| policy.visible(&tool.name))
+            .filter(|tool| gate.visible(&tool.name))
             .map(|tool| {
                 let mut tool = tool.clone();
                 if policy.rule(&tool.name).is_some_and(|r| r.gated) {
                     let env = policy.gate_env(&tool.name);
-                    let open = self.gate.gate_open(&tool.name);
+                    let open = gate.gate_open(&tool.name);
                     let note = if open {
                         format!(" [gated: enabled by {env}]")
                     } else {
@@ -98,6 +101,65 @@ impl GateServer {
                 tool
             })
             .collect()
+    }
+
+    /// Every scope the policy names, sorted: the metadata's `scopes_supported`, and the scope hint
+    /// of a 401 that is not about one tool.
+    #[must_use]
+    pub fn scopes(&self) -> Vec<String> {
+        self.gate
+            .policy()
+            .scopes()
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The scope a call to `tool` needs, when the tool is offered and the policy shows it (a tool
+    /// that does not exist for anyone gets no scope challenge that would reveal it).
+    #[must_use]
+    pub fn required_scope(&self, tool: &str) -> Option<String> {
+        let policy = self.gate.policy();
+        if !self.toolset.catalog().has(tool) || !policy.visible(tool) {
+            return None;
+        }
+        policy.scope(tool).map(str::to_owned)
+    }
+
+    /// Audits a call the HTTP layer refused with 403 `insufficient_scope` (a denial is often the
+    /// first sign of an injected instruction, so it is recorded like any other).
+    pub async fn record_scope_refusal(
+        &self,
+        principal: &Principal,
+        tool: &str,
+        arguments: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) {
+        let gate = self.gate.clone().with_principal(principal.clone());
+        let empty = serde_json::Map::new();
+        let mut event = gate.event(
+            tool,
+            arguments.unwrap_or(&empty),
+            Decision::Deny,
+            Outcome::NotExecuted,
+            "scope",
+        );
+        if let Some(upstream) = self.toolset.origin(tool) {
+            event = event.with("upstream", upstream);
+        }
+        gate.record(event).await;
+    }
+
+    /// The gate as this request's caller sees it: on HTTP, with the principal the transport
+    /// verified (the access token's subject and scopes); elsewhere the server's own.
+    fn gate_for(&self, context: &RequestContext<RoleServer>) -> Cow<'_, Gate> {
+        let verified = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<Principal>());
+        match verified {
+            Some(principal) => Cow::Owned(self.gate.clone().with_principal(principal.clone())),
+            None => Cow::Borrowed(&self.gate),
+        }
     }
 }
 
@@ -133,7 +195,8 @@ impl ServerHandler for GateServer {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut result = ListToolsResult::with_all_items(self.visible_tools());
+        let gate = self.gate_for(&context);
+        let mut result = ListToolsResult::with_all_items(self.visible_tools(&gate));
         if is_modern(&context) {
             // Private and never stale: what is listed depends on the caller's policy. Legacy
             // revisions have no cache hints, so their sessions get none.
@@ -207,14 +270,17 @@ impl ServerHandler for GateServer {
     async fn get_prompt(
         &self,
         request: GetPromptRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let name = request.name.to_string();
         let allowed = self.gate.policy().prompt_allowed(&name);
         let kind = ("prompts/get", "prompt", "passthrough.prompts");
-        self.pass_through(kind, name, allowed, move |pass| pass.get_prompt(request))
-            .await
-            .map(GetPromptResponse::Complete)
+        let gate = self.gate_for(&context);
+        self.pass_through(&gate, kind, name, allowed, move |pass| {
+            pass.get_prompt(request)
+        })
+        .await
+        .map(GetPromptResponse::Complete)
     }
 
     async fn list_resources(
@@ -236,18 +302,21 @@ impl ServerHandler for GateServer {
     async fn read_resource(
         &self,
         request: ReadResourceRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = request.uri.clone();
         let allowed = self.gate.policy().resource_allowed(&uri);
         let kind = ("resources/read", "resource", "passthrough.resources");
-        self.pass_through(kind, uri, allowed, move |pass| pass.read_resource(request))
-            .await
-            .map(ReadResourceResponse::Complete)
+        let gate = self.gate_for(&context);
+        self.pass_through(&gate, kind, uri, allowed, move |pass| {
+            pass.read_resource(request)
+        })
+        .await
+        .map(ReadResourceResponse::Complete)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.visible_tools()
+        self.visible_tools(&self.gate)
             .into_iter()
             .find(|tool| tool.name == name)
     }
@@ -259,7 +328,8 @@ impl ServerHandler for GateServer {
     ) -> Result<CallToolResponse, ErrorData> {
         let _guard = self.inflight.enter();
         let arguments = request.arguments.unwrap_or_default();
-        let corridor = corridor::Corridor::new(&self.gate, self.toolset.as_ref(), &request.name);
+        let gate = self.gate_for(&context);
+        let corridor = corridor::Corridor::new(&gate, self.toolset.as_ref(), &request.name);
         let mut result = corridor.call(&request.name, arguments, &context).await?;
         if is_modern(&context) {
             // Ours joins what the result carries (the gate's replay and untrusted marks).
@@ -279,20 +349,19 @@ impl GateServer {
     /// audited either way like a call without arguments, with the upstream named.
     async fn pass_through<'a, T>(
         &'a self,
+        gate: &Gate,
         (method, what, rule): (&str, &str, &str),
         name: String,
         allowed: bool,
         fetch: impl FnOnce(&'a dyn Passthrough) -> PassFuture<'a, T>,
     ) -> Result<T, ErrorData> {
         let audit = |decision, outcome| {
-            let mut event =
-                self.gate
-                    .event(&name, &serde_json::Map::new(), decision, outcome, rule);
+            let mut event = gate.event(&name, &serde_json::Map::new(), decision, outcome, rule);
             method.clone_into(&mut event.method);
             if let Some(upstream) = self.toolset.origin(&name) {
                 event = event.with("upstream", upstream);
             }
-            self.gate.record(event)
+            gate.record(event)
         };
         let Some(pass) = self.toolset.passthrough().filter(|_| allowed) else {
             audit(Decision::Deny, Outcome::NotExecuted).await;

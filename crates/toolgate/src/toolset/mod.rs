@@ -5,6 +5,8 @@
 //! depth, seed 000) and makes its effect and its audit record durable before it answers.
 
 mod catalog;
+mod docs;
+mod helpdesk;
 mod ledger;
 mod notes;
 mod orders;
@@ -22,6 +24,8 @@ use rmcp::{ErrorData, Peer, RoleServer};
 use serde_json::{Map, Value};
 
 pub use catalog::{Catalog, Withheld};
+pub use docs::{Docs, TestEscape};
+pub use helpdesk::Helpdesk;
 pub use ledger::Ledger;
 pub use notes::Notes;
 pub use orders::Orders;
@@ -141,13 +145,30 @@ pub trait Passthrough: Send + Sync {
     ) -> PassFuture<'_, ReadResourceResult>;
 }
 
+/// What the command line tells the built-in toolsets beyond their data directory.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// docs: the hosts `fetch_doc` may fetch from (empty: its built-in documentation sites).
+    pub docs_hosts: Vec<String>,
+    /// docs, tests only: pinned hosts that may reach trusted private networks, and an extra root
+    /// certificate. Never read from a file, a flag or the environment; see [`TestEscape`].
+    pub docs_test_escape: Option<TestEscape>,
+}
+
 /// Builds the toolset named on the command line. Toolsets that keep state put it under `data`.
 ///
 /// # Errors
 /// The name is not a built-in toolset (the message lists the ones there are), or its state cannot
 /// be opened.
-pub fn by_name(name: &str, data: &std::path::Path) -> Result<Box<dyn Toolset>, String> {
+pub fn by_name(
+    name: &str,
+    data: &std::path::Path,
+    options: &Options,
+) -> Result<Box<dyn Toolset>, String> {
     match name {
+        "docs" => Ok(Box::new(
+            Docs::from_options(options).map_err(|e| format!("docs toolset: {e}"))?,
+        )),
         "ledger" => Ok(Box::new(Ledger::new())),
         "notes" => {
             let dir = data.join("notes");
@@ -161,8 +182,14 @@ pub fn by_name(name: &str, data: &std::path::Path) -> Result<Box<dyn Toolset>, S
                 .map_err(|e| format!("orders toolset in {}: {e}", dir.display()))?;
             Ok(Box::new(orders))
         }
+        "helpdesk" => {
+            let dir = data.join("helpdesk");
+            let helpdesk = Helpdesk::open(&dir)
+                .map_err(|e| format!("helpdesk toolset in {}: {e}", dir.display()))?;
+            Ok(Box::new(helpdesk))
+        }
         other => Err(format!(
-            "unknown toolset {other:?} (available: ledger, notes, orders)"
+            "unknown toolset {other:?} (available: docs, helpdesk, ledger, notes, orders)"
         )),
     }
 }

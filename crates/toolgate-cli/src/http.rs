@@ -1,0 +1,198 @@
+//! `--http ADDR` for `serve` and `proxy`: the flags of the Streamable HTTP endpoint and its OAuth
+//! resource server, and the loop that serves it until SIGINT/SIGTERM.
+//!
+//! Secure by default: bound to 127.0.0.1 when no host is given, tokens required (no flag turns
+//! authentication off except `--insecure-no-auth`, and that only on a loopback address), no browser
+//! origin allowed until `--allow-origin` names it.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use tokio_util::sync::CancellationToken;
+use toolgate::GateServer;
+use toolgate::http::{self, AuthConfig, HttpConfig, KeySource, Verifier};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct HttpArgs {
+    /// Serve Streamable HTTP on this address instead of stdio: `PORT` or `HOST:PORT` (the host
+    /// defaults to 127.0.0.1).
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<String>,
+    /// Path of the MCP endpoint.
+    #[arg(long, value_name = "PATH", default_value = "/mcp")]
+    path: String,
+    /// This server's canonical URI: the audience every token must name (RFC 8707) and the
+    /// `resource` of its metadata. Default: http://ADDR/PATH as bound.
+    #[arg(long, value_name = "URI")]
+    resource: Option<String>,
+    /// A browser Origin allowed to call (`https://app.example.com`). Repeatable; requests with any
+    /// other Origin get 403.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    origins: Vec<String>,
+    /// A Host header value accepted besides loopback names and the resource URI's host.
+    /// Repeatable.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    hosts: Vec<String>,
+    /// Largest request body in bytes (413 beyond it).
+    #[arg(long, value_name = "BYTES", default_value_t = http::DEFAULT_MAX_BODY)]
+    max_body: usize,
+    /// The issuer (`iss`) every access token must carry.
+    #[arg(long, value_name = "URL")]
+    issuer: Option<String>,
+    /// Verification keys: a JWKS file, read at start.
+    #[arg(long, value_name = "FILE", conflicts_with = "jwks_url")]
+    jwks_file: Option<PathBuf>,
+    /// Verification keys: a JWKS URL (https, or http on loopback), cached and refreshed.
+    #[arg(long, value_name = "URL")]
+    jwks_url: Option<String>,
+    /// A signature algorithm tokens may use (RS256, ES256, EdDSA, …; never HS* or none).
+    /// Repeatable; default RS256, ES256 and EdDSA.
+    #[arg(long = "algorithm", value_name = "ALG")]
+    algorithms: Vec<String>,
+    /// An authorization server named in the protected resource metadata. Repeatable; default:
+    /// the issuer.
+    #[arg(long = "authorization-server", value_name = "URL")]
+    authorization_servers: Vec<String>,
+    /// Serve without authentication: every caller is this process's local user. Allowed only on
+    /// a loopback address.
+    #[arg(long)]
+    insecure_no_auth: bool,
+}
+
+impl HttpArgs {
+    /// Where to listen: `PORT` or `HOST:PORT`.
+    fn address(&self) -> anyhow::Result<Option<SocketAddr>> {
+        let Some(text) = &self.http else {
+            return Ok(None);
+        };
+        if let Ok(port) = text.parse::<u16>() {
+            return Ok(Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
+        }
+        let addr = text
+            .parse::<SocketAddr>()
+            .with_context(|| format!("--http {text:?}: expected PORT or HOST:PORT"))?;
+        Ok(Some(addr))
+    }
+
+    /// Whether `--http` was given (then the server speaks HTTP, not stdio).
+    pub(crate) fn enabled(&self) -> bool {
+        self.http.is_some()
+    }
+
+    async fn verifier(&self, resource: &str) -> anyhow::Result<Option<Arc<Verifier>>> {
+        if self.insecure_no_auth {
+            if self.issuer.is_some() || self.jwks_file.is_some() || self.jwks_url.is_some() {
+                bail!("--insecure-no-auth cannot be combined with --issuer/--jwks-file/--jwks-url");
+            }
+            return Ok(None);
+        }
+        let Some(issuer) = &self.issuer else {
+            bail!(
+                "--http needs an OAuth issuer and its keys (--issuer URL with --jwks-file FILE or --jwks-url URL), or --insecure-no-auth on a loopback address"
+            );
+        };
+        let keys = match (&self.jwks_file, &self.jwks_url) {
+            (Some(file), None) => KeySource::File(file.clone()),
+            (None, Some(url)) => {
+                KeySource::Url(url::Url::parse(url).with_context(|| format!("--jwks-url {url}"))?)
+            }
+            _ => bail!("--issuer needs --jwks-file FILE or --jwks-url URL"),
+        };
+        let names: Vec<&str> = if self.algorithms.is_empty() {
+            vec!["RS256", "ES256", "EdDSA"]
+        } else {
+            self.algorithms.iter().map(String::as_str).collect()
+        };
+        let algorithms = names
+            .into_iter()
+            .map(http::auth::algorithm)
+            .collect::<Result<Vec<_>, _>>()?;
+        let config = AuthConfig {
+            issuer: issuer.clone(),
+            resource: resource.to_owned(),
+            algorithms,
+            keys,
+            authorization_servers: self.authorization_servers.clone(),
+        };
+        let verifier = Verifier::new(config)
+            .await
+            .context("cannot set up token verification")?;
+        Ok(Some(Arc::new(verifier)))
+    }
+}
+
+/// Serves `server` on the address of `args` until SIGINT or SIGTERM; requests already received
+/// get `grace` to finish.
+pub(crate) async fn serve(
+    server: GateServer,
+    args: &HttpArgs,
+    grace: Duration,
+) -> anyhow::Result<ExitCode> {
+    let addr = args
+        .address()?
+        .ok_or_else(|| anyhow!("--http is not set"))?;
+    if args.insecure_no_auth && !addr.ip().is_loopback() {
+        bail!("--insecure-no-auth is allowed only on a loopback address, not {addr}");
+    }
+    if !args.path.starts_with('/') {
+        bail!("--path must start with '/'");
+    }
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    let resource = match &args.resource {
+        Some(resource) => resource.clone(),
+        None => format!("http://{bound}{}", args.path),
+    };
+    let mut config = HttpConfig::new(&resource).map_err(|e| anyhow!(e))?;
+    if args.resource.is_some() {
+        // The endpoint is where we listen; the resource URI may name a front proxy's path.
+        config.path.clone_from(&args.path);
+    }
+    config.allowed_hosts.extend(args.hosts.iter().cloned());
+    config.allowed_origins.clone_from(&args.origins);
+    config.max_body = args.max_body;
+    let verifier = args.verifier(&config.resource).await?;
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    tracing::info!(
+        address = %bound,
+        endpoint = %config.path,
+        resource = %config.resource,
+        auth = verifier.is_some(),
+        "toolgate serving Streamable HTTP"
+    );
+    if verifier.is_none() {
+        tracing::warn!(
+            "authentication is off (--insecure-no-auth): every caller is the local user"
+        );
+    }
+    let app = http::router(server, config.clone(), verifier, shutdown.clone());
+    http::serve(listener, app, &config, shutdown, grace)
+        .await
+        .context("HTTP server failed")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn stop_on_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(error) => {
+            tracing::warn!(error = %error, "cannot watch SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}
