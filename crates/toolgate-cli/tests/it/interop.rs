@@ -41,6 +41,18 @@ pub(super) fn sdk_script(script: &str, mode: &str) -> Command {
     command
 }
 
+/// `python3 tests/interop/SCRIPT --mode MODE` for a script that is only the client of a server
+/// the caller started itself (`python_sdk_http.py`), not yet run. Requires the SDK first.
+pub(super) fn sdk_client_script(script: &str, mode: &str) -> Command {
+    require_sdk();
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/interop")
+        .join(script);
+    let mut command = Command::new("python3");
+    command.arg(path).args(["--mode", mode]);
+    command
+}
+
 /// The script's exit status and output headed by `label`, for failure messages.
 fn describe(label: &str, mode: &str, out: &Output) -> String {
     format!(

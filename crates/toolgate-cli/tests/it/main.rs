@@ -4,6 +4,7 @@ mod approvals;
 mod clients;
 mod crash;
 mod gateway;
+mod http;
 mod interop;
 mod process;
 mod tiers;

@@ -6,7 +6,8 @@
 //! a public key can never be used as an HMAC secret), by a key from the configured JWKS (a local file
 //! or a URL, never a location or key named by the token: `jku`, `x5u` and embedded `jwk` headers are
 //! ignored, `kid` only picks among the configured keys), issued by the configured issuer, for this
-//! server's canonical resource URI, inside `exp`/`nbf` with a small leeway, with a `sub`.
+//! server's canonical resource URI, inside `exp`/`nbf` with a small leeway, with a `sub`, and not
+//! typed as some other kind of JWT (an ID token is not an access token).
 //!
 //! Why a cache of verified tokens: a signature check costs tens of microseconds, and an agent sends
 //! the same token with every call. A verified token's principal is kept (keyed by the token's
@@ -87,6 +88,7 @@ pub enum Rejection {
     Issuer,
     Audience,
     Claims,
+    Type,
 }
 
 impl Rejection {
@@ -102,6 +104,7 @@ impl Rejection {
             Self::Issuer => "wrong issuer",
             Self::Audience => "wrong audience",
             Self::Claims => "missing or malformed claims",
+            Self::Type => "not an access token (typ)",
         }
     }
 }
@@ -136,6 +139,8 @@ pub struct Verifier {
     config: AuthConfig,
     keys: tokio::sync::RwLock<Keys>,
     http: Option<reqwest::Client>,
+    /// Held while the JWKS URL is fetched, so concurrent refreshes become one.
+    fetching: tokio::sync::Mutex<()>,
     cache: Mutex<HashMap<[u8; 32], (Principal, Instant)>>,
 }
 
@@ -193,6 +198,7 @@ impl Verifier {
                 last_forced: None,
             }),
             http,
+            fetching: tokio::sync::Mutex::new(()),
             cache: Mutex::new(HashMap::new()),
         })
     }
@@ -214,6 +220,9 @@ impl Verifier {
         let header = jsonwebtoken::decode_header(token).map_err(|_| Rejection::Malformed)?;
         if !self.config.algorithms.contains(&header.alg) {
             return Err(Rejection::Algorithm);
+        }
+        if !access_token_type(header.typ.as_deref()) {
+            return Err(Rejection::Type);
         }
         let kid = header.kid.as_deref();
         let mut candidates = self.candidates(header.alg, kid).await;
@@ -297,35 +306,53 @@ impl Verifier {
 
     /// Fetches the JWKS URL again; `forced` (an unknown `kid`) at most once per interval. False
     /// when nothing new could be loaded.
+    ///
+    /// One fetch at a time, and the keys stay readable while it runs: tokens with a known `kid`
+    /// are not held up by a slow issuer.
     async fn refresh(&self, forced: bool) -> bool {
         let Some(http) = &self.http else {
             return false;
         };
-        let mut keys = self.keys.write().await;
-        if forced {
-            if keys
-                .last_forced
-                .is_some_and(|at| at.elapsed() < REFRESH_MIN_INTERVAL)
-            {
-                return false;
+        let _one_fetch = self.fetching.lock().await;
+        {
+            let mut keys = self.keys.write().await;
+            if forced {
+                if keys
+                    .last_forced
+                    .is_some_and(|at| at.elapsed() < REFRESH_MIN_INTERVAL)
+                {
+                    return false;
+                }
+                keys.last_forced = Some(Instant::now());
+            } else if keys.fetched.elapsed() <= JWKS_MAX_AGE {
+                return true; // another request refreshed it meanwhile
             }
-            keys.last_forced = Some(Instant::now());
-        } else if keys.fetched.elapsed() <= JWKS_MAX_AGE {
-            return true; // another request refreshed it meanwhile
         }
-        match load(&self.config.keys, Some(http)).await {
+        let loaded = load(&self.config.keys, Some(http)).await;
+        let mut keys = self.keys.write().await;
+        keys.fetched = Instant::now();
+        match loaded {
             Ok(set) => {
                 keys.set = set;
-                keys.fetched = Instant::now();
                 true
             }
             Err(error) => {
                 // Keep the keys we have; try again after the interval.
                 tracing::warn!(error = %error, "JWKS refresh failed; keeping the keys already loaded");
-                keys.fetched = Instant::now();
                 false
             }
         }
+    }
+}
+
+/// RFC 9068 §4 wants `at+jwt`; many issuers still send `JWT` or nothing, which is accepted. Any
+/// other type (an ID token, a DPoP proof, a logout token) is some other credential, never ours.
+fn access_token_type(typ: Option<&str>) -> bool {
+    match typ {
+        None => true,
+        Some(typ) => ["at+jwt", "application/at+jwt", "jwt"]
+            .iter()
+            .any(|t| typ.eq_ignore_ascii_case(t)),
     }
 }
 

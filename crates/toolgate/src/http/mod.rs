@@ -133,6 +133,8 @@ struct Endpoint {
     metadata: Option<challenge::Metadata>,
     /// Legacy sessions and the subject that opened each: a session id is no bearer credential.
     sessions: Mutex<HashMap<String, String>>,
+    /// rmcp's sessions, to forget owners of sessions that ended.
+    session_manager: Arc<LocalSessionManager>,
 }
 
 /// The HTTP application: the MCP endpoint and, with auth, the RFC 9728 metadata documents.
@@ -151,9 +153,10 @@ pub fn router(
         .with_max_request_body_bytes(config.max_body)
         .with_json_response(true)
         .with_cancellation_token(shutdown);
+    let session_manager = Arc::new(LocalSessionManager::default());
     let mcp = StreamableHttpService::new(
         move || Ok(factory.clone()),
-        Arc::new(LocalSessionManager::default()),
+        session_manager.clone(),
         mcp_config,
     );
     let metadata = verifier
@@ -172,6 +175,7 @@ pub fn router(
         verifier,
         metadata,
         sessions: Mutex::new(HashMap::new()),
+        session_manager,
     });
     app.with_state(endpoint)
 }
@@ -199,11 +203,9 @@ async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Resp
     if let Some(refused) = host_or_origin_refusal(config, request.headers()) {
         return refused;
     }
-    if request
-        .uri()
-        .query()
-        .is_some_and(|q| q.split('&').any(|p| p.starts_with("access_token=")))
-    {
+    if request.uri().query().is_some_and(|query| {
+        url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "access_token")
+    }) {
         // OAuth 2.1 §5.1.1: never in the query string (it ends up in logs and histories).
         return challenge::query_token();
     }
@@ -240,11 +242,15 @@ async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Resp
                 return challenge::unauthorized(metadata, &hint, true);
             }
         };
-        if let Some(session) = parts.headers.get("mcp-session-id")
+        if let Some(session) = parts.headers.get(SESSION_HEADER)
             && !endpoint.session_is_for(session, &principal.sub)
         {
-            // Someone else's legacy session: answered as an unknown one.
-            return StatusCode::NOT_FOUND.into_response();
+            // Someone else's legacy session: rmcp is asked about one that does not exist, so
+            // the answer is, byte for byte, the one an invented id gets.
+            tracing::warn!(principal = %principal.sub, "a legacy session of another subject was used");
+            parts
+                .headers
+                .insert(SESSION_HEADER, http::HeaderValue::from_static("none"));
         }
         if let (Some(scope), Some(tool)) = (&needed, &call.tool)
             && !principal.may(Some(scope))
@@ -258,15 +264,26 @@ async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Resp
         parts.extensions.insert(principal);
     }
     let sub = parts.extensions.get::<Principal>().map(|p| p.sub.clone());
+    let ended = (parts.method == Method::DELETE)
+        .then(|| parts.headers.get(SESSION_HEADER).cloned())
+        .flatten();
     let request = http::Request::from_parts(parts, Full::new(body));
     let response = endpoint.mcp.handle(request).await;
-    if let (Some(sub), Some(session)) = (sub, response.headers().get("mcp-session-id"))
+    if let (Some(sub), Some(session)) = (sub, response.headers().get(SESSION_HEADER))
         && let Ok(session) = session.to_str()
     {
-        endpoint.remember_session(session, sub);
+        endpoint.remember_session(session, sub).await;
+    }
+    if let Some(ended) = ended
+        && response.status().is_success()
+        && let Ok(ended) = ended.to_str()
+    {
+        endpoint.forget_session(ended);
     }
     response.map(Body::new)
 }
+
+const SESSION_HEADER: &str = "mcp-session-id";
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -292,12 +309,41 @@ impl Endpoint {
             .is_none_or(|owner| owner == sub)
     }
 
-    fn remember_session(&self, session: &str, sub: String) {
+    /// Records who opened `session`; past a thousand sessions, first forgets those rmcp no
+    /// longer has (closed or expired), so the map is as big as the live sessions.
+    async fn remember_session(&self, session: &str, sub: String) {
+        let known: Vec<String> = {
+            let mut sessions = self
+                .sessions
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            sessions.entry(session.to_owned()).or_insert(sub);
+            if sessions.len() < 1024 || !sessions.len().is_power_of_two() {
+                return;
+            }
+            sessions.keys().cloned().collect()
+        };
+        let live = self.session_manager.sessions.read().await;
+        let ended: Vec<String> = known
+            .into_iter()
+            .filter(|id| !live.contains_key(id.as_str()))
+            .collect();
+        drop(live);
         let mut sessions = self
             .sessions
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        sessions.entry(session.to_owned()).or_insert(sub);
+        for id in ended {
+            sessions.remove(&id);
+        }
+    }
+
+    fn forget_session(&self, session: &str) {
+        let mut sessions = self
+            .sessions
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        sessions.remove(session);
     }
 }
 

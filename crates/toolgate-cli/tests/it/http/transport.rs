@@ -1,0 +1,370 @@
+//! The transport in front of the tokens: `Host` (DNS rebinding), `Origin`, the body cap, the
+//! 2026-07-28 header checks, and legacy (`initialize`) sessions, which are bound to the subject
+//! that opened them: a session id is no bearer credential.
+
+use serde_json::{Value, json};
+
+use super::{
+    HttpServer, Keys, Reply, Scratch, Signer, assert_audit_verifies, claims, helpdesk_policy,
+    is_error, records_of, text_of,
+};
+
+const ALLOWED_ORIGIN: &str = "https://app.example.test";
+const EXTRA_HOST: &str = "mcp.example.test";
+
+#[test]
+fn host_origin_body_cap_and_header_checks() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(
+        &scratch,
+        Keys::File(&[&rsa]),
+        &["--allow-origin", ALLOWED_ORIGIN, "--allow-host", EXTRA_HOST],
+    );
+    let resource = server.resource();
+    let read = rsa.sign(&claims(&resource, "user-alice", "tickets:read"));
+    let write = rsa.sign(&claims(
+        &resource,
+        "user-alice",
+        "tickets:read tickets:write",
+    ));
+    let get = json!({"name": "get_ticket", "arguments": {"id": "T-1001"}});
+    let with_headers = |name: &str, headers: &[(&str, &str)]| {
+        let reply = server.rpc_with(Some(&read), "tools/call", get.clone(), headers);
+        eprintln!("{name:<40} -> {}", reply.summary());
+        reply
+    };
+
+    // --- Origin ----------------------------------------------------------------------------------
+    for (name, origin) in [
+        (
+            "Origin https://evil.test (seed: bad origin)",
+            "https://evil.test",
+        ),
+        ("Origin null", "null"),
+        (
+            "allowed origin on another port",
+            "https://app.example.test:8443",
+        ),
+        ("allowed origin over http", "http://app.example.test"),
+        (
+            "the server's own origin (not listed)",
+            server.url("").as_str(),
+        ),
+    ] {
+        let reply = with_headers(name, &[("Origin", origin)]);
+        assert_eq!(reply.status, 403, "{name}: {}", reply.summary());
+    }
+    let allowed = with_headers("allowed Origin", &[("Origin", ALLOWED_ORIGIN)]);
+    assert!(!is_error(&allowed.result("allowed origin")));
+    let allowed = with_headers(
+        "allowed Origin, default port spelt out",
+        &[("Origin", "https://app.example.test:443")],
+    );
+    assert!(!is_error(&allowed.result("allowed origin with :443")));
+
+    // --- Host (DNS rebinding) ------------------------------------------------------------------
+    let port = server.port().to_string();
+    let evil_with_port = format!("evil.test:{port}");
+    let localhost = format!("localhost:{port}");
+    let extra_with_port = format!("{EXTRA_HOST}:{port}");
+    for (name, host) in [
+        ("Host evil.test", "evil.test"),
+        ("Host evil.test:PORT", evil_with_port.as_str()),
+        ("Host 127.0.0.1.evil.test", "127.0.0.1.evil.test"),
+        ("Host localhost.evil.test", "localhost.evil.test"),
+    ] {
+        let reply = with_headers(name, &[("Host", host)]);
+        assert_eq!(reply.status, 403, "{name}: {}", reply.summary());
+    }
+    for (name, host) in [
+        ("Host localhost:PORT", localhost.as_str()),
+        ("Host --allow-host name", EXTRA_HOST),
+        ("Host --allow-host name:PORT", extra_with_port.as_str()),
+    ] {
+        let reply = with_headers(name, &[("Host", host)]);
+        assert!(!is_error(&reply.result(name)), "{name}");
+    }
+    // The metadata document is behind the same Host check.
+    let meta = server.request(
+        "GET",
+        "/.well-known/oauth-protected-resource/mcp",
+        &[("Host", "evil.test")],
+        Vec::new(),
+    );
+    assert_eq!(
+        meta.status,
+        403,
+        "metadata with a foreign Host: {}",
+        meta.summary()
+    );
+
+    // --- body cap: 100 KiB by default; nothing runs ---------------------------------------------
+    let huge = "x".repeat(101 * 1024);
+    let reply = server.call(
+        &write,
+        "add_internal_note",
+        json!({"id": "T-1001", "note": huge}),
+    );
+    eprintln!(
+        "{:<40} -> {}",
+        "body of 101 KiB (write token)",
+        reply.summary()
+    );
+    assert_eq!(reply.status, 413, "{}", reply.summary());
+    // Without a token the size is refused first too: nobody gets to make the server buffer it.
+    let reply = server.call_opt(
+        None,
+        "add_internal_note",
+        json!({"id": "T-1001", "note": huge}),
+    );
+    assert_eq!(reply.status, 413, "{}", reply.summary());
+    assert!(
+        records_of(&scratch, "add_internal_note").is_empty(),
+        "an oversized call reached the gate"
+    );
+    let notes = scratch.data().join("helpdesk").join("notes.jsonl");
+    assert_eq!(
+        std::fs::read_to_string(&notes).unwrap_or_default(),
+        "",
+        "a note was written"
+    );
+
+    // --- the 2026-07-28 headers must match the body ---------------------------------------------
+    let mismatch = with_headers(
+        "Mcp-Name search_tickets, body get_ticket",
+        &[("Mcp-Name", "search_tickets")],
+    );
+    assert_eq!(mismatch.status, 400, "{}", mismatch.summary());
+    assert_eq!(
+        mismatch.rpc_error_code(),
+        Some(-32020),
+        "{}",
+        mismatch.summary()
+    );
+    let mismatch = with_headers(
+        "Mcp-Method tools/list, body tools/call",
+        &[("Mcp-Method", "tools/list")],
+    );
+    assert_eq!(mismatch.status, 400, "{}", mismatch.summary());
+    assert_eq!(
+        mismatch.rpc_error_code(),
+        Some(-32020),
+        "{}",
+        mismatch.summary()
+    );
+    // A read tool in the header does not lend its scope to the write tool in the body.
+    let smuggled = server.rpc_with(
+        Some(&read),
+        "tools/call",
+        json!({"name": "add_internal_note", "arguments": {"id": "T-1001", "note": "smuggled"}}),
+        &[("Mcp-Name", "get_ticket")],
+    );
+    eprintln!(
+        "{:<40} -> {}",
+        "Mcp-Name get_ticket, body add_internal_note",
+        smuggled.summary()
+    );
+    assert!(
+        matches!(smuggled.status, 400 | 403),
+        "{}",
+        smuggled.summary()
+    );
+    assert_eq!(
+        std::fs::read_to_string(&notes).unwrap_or_default(),
+        "",
+        "a note was written"
+    );
+
+    server.stop();
+    assert_audit_verifies(&scratch);
+}
+
+/// A legacy request on `session` (none for `initialize`) with `token`.
+fn legacy(server: &HttpServer, token: Option<&str>, session: Option<&str>, body: &Value) -> Reply {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let mut headers = vec![
+        ("Accept", "application/json, text/event-stream"),
+        ("Content-Type", "application/json"),
+    ];
+    if let Some(session) = session {
+        headers.push(("Mcp-Session-Id", session));
+        headers.push(("MCP-Protocol-Version", "2025-11-25"));
+    }
+    if let Some(auth) = &auth {
+        headers.push(("Authorization", auth));
+    }
+    server.request("POST", "/mcp", &headers, body.to_string().into_bytes())
+}
+
+#[test]
+fn legacy_sessions_work_with_a_token_and_belong_to_its_subject() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &[]);
+    let resource = server.resource();
+    let alice = rsa.sign(&claims(&resource, "user-alice", "tickets:read"));
+    let bob = rsa.sign(&claims(&resource, "user-bob", "tickets:read"));
+
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "toolgate-http-tests", "version": "1.0.0"},
+    }});
+    // Without a token there is no session either.
+    let anonymous = legacy(&server, None, None, &initialize);
+    assert_eq!(anonymous.status, 401, "{}", anonymous.summary());
+
+    let opened = legacy(&server, Some(&alice), None, &initialize);
+    eprintln!(
+        "initialize 2025-11-25 (alice)            -> {}",
+        opened.summary()
+    );
+    let result = opened.result("initialize");
+    assert_eq!(result["protocolVersion"], "2025-11-25", "{result}");
+    assert_eq!(result["serverInfo"]["name"], "toolgate", "{result}");
+    let session = opened
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("no Mcp-Session-Id: {}", opened.summary()))
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let ack = legacy(&server, Some(&alice), Some(&session), &initialized);
+    assert!(matches!(ack.status, 200 | 202), "{}", ack.summary());
+
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "get_ticket", "arguments": {"id": "T-1001"}}});
+    let answer = legacy(&server, Some(&alice), Some(&session), &call);
+    eprintln!(
+        "tools/call on the session (alice)        -> {}",
+        answer.summary()
+    );
+    let result = answer.result("legacy get_ticket");
+    assert!(!is_error(&result), "{result}");
+    let text = text_of(&result);
+    assert!(text.contains("<untrusted-content"), "{text}");
+    assert!(!text.contains('\u{202E}'), "{text:?}");
+
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}});
+    let tools = legacy(&server, Some(&alice), Some(&session), &list).result("legacy tools/list");
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert_eq!(names, ["search_tickets", "get_ticket"], "{tools}");
+
+    // Bob's valid token on alice's session: answered as an unknown session would be.
+    let hijack = legacy(&server, Some(&bob), Some(&session), &call);
+    eprintln!(
+        "alice's session with bob's token         -> {}",
+        hijack.summary()
+    );
+    assert_eq!(hijack.status, 404, "{}", hijack.summary());
+    let unknown = legacy(&server, Some(&bob), Some("no-such-session"), &call);
+    eprintln!(
+        "unknown session with bob's token         -> {}",
+        unknown.summary()
+    );
+    assert_eq!(unknown.status, 404, "{}", unknown.summary());
+    // The session still needs a token of its own.
+    let no_token = legacy(&server, None, Some(&session), &call);
+    assert_eq!(no_token.status, 401, "{}", no_token.summary());
+
+    // Every call on the session was alice's, and only alice's reached the gate.
+    let records = records_of(&scratch, "get_ticket");
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0]["principal"], "user-alice", "{}", records[0]);
+
+    // Bob cannot end alice's session either (his DELETE is answered as one of an unknown id);
+    // alice can.
+    let auth_bob = format!("Bearer {bob}");
+    let delete = |id: &str| {
+        server.request(
+            "DELETE",
+            "/mcp",
+            &[
+                ("Mcp-Session-Id", id),
+                ("Authorization", &auth_bob),
+                ("MCP-Protocol-Version", "2025-11-25"),
+            ],
+            Vec::new(),
+        )
+    };
+    let ended = delete(&session);
+    let invented = delete("00000000-0000-4000-8000-000000000000");
+    assert_eq!(
+        (ended.status, &ended.body),
+        (invented.status, &invented.body),
+        "bob's DELETE of alice's session: {}",
+        ended.summary()
+    );
+    let again = legacy(&server, Some(&alice), Some(&session), &call);
+    assert_eq!(
+        again.status,
+        200,
+        "alice's session survived bob's DELETE: {}",
+        again.summary()
+    );
+    let auth_alice = format!("Bearer {alice}");
+    let ended = server.request(
+        "DELETE",
+        "/mcp",
+        &[
+            ("Mcp-Session-Id", &session),
+            ("Authorization", &auth_alice),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        Vec::new(),
+    );
+    assert!(
+        matches!(ended.status, 200 | 202 | 204),
+        "{}",
+        ended.summary()
+    );
+
+    server.stop();
+    assert_audit_verifies(&scratch);
+}
+
+/// A caller must not learn whether a session id it holds is someone else's live session or a
+/// made-up one: both get rmcp's answer for an unknown session, byte for byte.
+#[test]
+fn someone_elses_session_is_answered_byte_for_byte_as_an_unknown_one() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &[]);
+    let resource = server.resource();
+    let alice = rsa.sign(&claims(&resource, "user-alice", "tickets:read"));
+    let bob = rsa.sign(&claims(&resource, "user-bob", "tickets:read"));
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "toolgate-http-tests", "version": "1.0.0"},
+    }});
+    let opened = legacy(&server, Some(&alice), None, &initialize);
+    let session = opened
+        .header("mcp-session-id")
+        .unwrap_or_else(|| panic!("no Mcp-Session-Id: {}", opened.summary()))
+        .to_owned();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}});
+    let hijack = legacy(&server, Some(&bob), Some(&session), &call);
+    let unknown = legacy(
+        &server,
+        Some(&bob),
+        Some("00000000-0000-4000-8000-000000000000"),
+        &call,
+    );
+    assert_eq!(
+        (
+            hijack.status,
+            hijack.header("content-type"),
+            hijack.body.as_str()
+        ),
+        (
+            unknown.status,
+            unknown.header("content-type"),
+            unknown.body.as_str()
+        ),
+        "someone else's session vs an unknown one"
+    );
+    server.stop();
+}
