@@ -19,6 +19,7 @@
 mod approvals;
 mod auth;
 mod docs;
+mod gateway;
 mod helpdesk;
 mod interop;
 mod jwks_url;
