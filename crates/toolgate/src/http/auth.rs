@@ -9,8 +9,8 @@
 //! server's canonical resource URI, inside `exp`/`nbf` with a small leeway, with a `sub`, and not
 //! typed as some other kind of JWT (an ID token is not an access token).
 //!
-//! Why a cache of verified tokens: a signature check costs tens of microseconds, and an agent sends
-//! the same token with every call. A verified token's principal is kept (keyed by the token's
+//! Why a cache of verified tokens: a signature check costs about 200 µs of CPU (ES256 or RS256 with
+//! the RustCrypto backend), and an agent sends the same token with every call. A verified token's principal is kept (keyed by the token's
 //! SHA-256) until it expires or for at most a minute, so a key removed from the JWKS stops working
 //! within that minute.
 
@@ -217,6 +217,16 @@ impl Verifier {
         if let Some(principal) = self.cached(&digest) {
             return Ok(principal);
         }
+        self.verify_uncached(token, digest).await
+    }
+
+    /// The principal of a token verified within the last minute, without checking it again.
+    #[must_use]
+    pub fn recently_verified(&self, token: &str) -> Option<Principal> {
+        self.cached(&Sha256::digest(token.as_bytes()).into())
+    }
+
+    async fn verify_uncached(&self, token: &str, digest: [u8; 32]) -> Result<Principal, Rejection> {
         let header = jsonwebtoken::decode_header(token).map_err(|_| Rejection::Malformed)?;
         if !self.config.algorithms.contains(&header.alg) {
             return Err(Rejection::Algorithm);

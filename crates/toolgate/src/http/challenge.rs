@@ -84,6 +84,20 @@ pub(super) fn insufficient_scope(metadata: &Metadata, scope: &str) -> Response {
     )
 }
 
+/// 429: this address failed too many token checks; tokens it sends are not checked for `wait`.
+pub(super) fn too_many_failures(wait: std::time::Duration) -> Response {
+    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    (
+        StatusCode::TOO_MANY_REQUESTS,
+        [
+            (header::CONTENT_TYPE, "application/json".to_owned()),
+            (header::RETRY_AFTER, seconds.to_string()),
+        ],
+        json!({"error": "too_many_failed_token_checks"}).to_string(),
+    )
+        .into_response()
+}
+
 /// 400 for a token sent in the query string.
 pub(super) fn query_token() -> Response {
     with_challenge(

@@ -21,9 +21,9 @@ mod challenge;
 mod tests;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -135,6 +135,49 @@ struct Endpoint {
     sessions: Mutex<HashMap<String, String>>,
     /// rmcp's sessions, to forget owners of sessions that ended.
     session_manager: Arc<LocalSessionManager>,
+    failures: Failures,
+}
+
+/// The client address of a request (set by [`serve`] for each connection).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
+
+/// Failed token checks per client address, in fixed windows.
+#[derive(Debug, Default)]
+struct Failures {
+    windows: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+}
+
+/// Failed token checks an address may cause per window before it is told to wait.
+const FAILURES_ALLOWED: u32 = 32;
+const FAILURE_WINDOW: Duration = Duration::from_secs(10);
+
+impl Failures {
+    /// How long `ip` must wait before its tokens are checked again, if it used up its failures.
+    fn wait(&self, ip: IpAddr) -> Option<Duration> {
+        let windows = self
+            .windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (failures, since) = windows.get(&ip)?;
+        let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
+        (*failures >= FAILURES_ALLOWED).then_some(left)
+    }
+
+    fn count(&self, ip: IpAddr) {
+        let mut windows = self
+            .windows
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if windows.len() >= 10_000 {
+            windows.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
+        }
+        let window = windows.entry(ip).or_insert((0, Instant::now()));
+        if window.1.elapsed() >= FAILURE_WINDOW {
+            *window = (0, Instant::now());
+        }
+        window.0 += 1;
+    }
 }
 
 /// The HTTP application: the MCP endpoint and, with auth, the RFC 9728 metadata documents.
@@ -176,6 +219,7 @@ pub fn router(
         metadata,
         sessions: Mutex::new(HashMap::new()),
         session_manager,
+        failures: Failures::default(),
     });
     app.with_state(endpoint)
 }
@@ -235,11 +279,25 @@ async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Resp
             tracing::info!(method = %parts.method, "request without a bearer token refused");
             return challenge::unauthorized(metadata, &hint, false);
         };
-        let principal = match verifier.verify(token).await {
-            Ok(principal) => principal,
-            Err(why) => {
-                tracing::info!(reason = why.as_str(), "bearer token refused");
-                return challenge::unauthorized(metadata, &hint, true);
+        let principal = match verifier.recently_verified(token) {
+            Some(principal) => principal,
+            None => {
+                // A full check costs ~200 µs: an address that keeps failing it is told to wait
+                // instead of being allowed to spend the server's CPU on invented tokens.
+                let peer = parts.extensions.get::<Peer>().map(|p| p.0.ip());
+                if let Some(wait) = peer.and_then(|ip| endpoint.failures.wait(ip)) {
+                    return challenge::too_many_failures(wait);
+                }
+                match verifier.verify(token).await {
+                    Ok(principal) => principal,
+                    Err(why) => {
+                        if let Some(ip) = peer {
+                            endpoint.failures.count(ip);
+                        }
+                        tracing::info!(reason = why.as_str(), "bearer token refused");
+                        return challenge::unauthorized(metadata, &hint, true);
+                    }
+                }
             }
         };
         if let Some(session) = parts.headers.get(SESSION_HEADER)
@@ -508,7 +566,13 @@ pub async fn serve(
             },
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(app.clone());
+        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
+            app.clone(),
+            move |mut request: http::Request<hyper::body::Incoming>| {
+                request.extensions_mut().insert(Peer(peer));
+                request
+            },
+        ));
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(config.read_timeout)

@@ -408,3 +408,56 @@ async fn hmac_algorithms_cannot_be_configured() {
     assert!(super::auth::algorithm("none").is_err());
     assert!(super::auth::algorithm("EdDSA").is_ok());
 }
+
+#[tokio::test]
+async fn an_address_that_keeps_sending_bad_tokens_is_told_to_wait_and_known_tokens_still_work() {
+    let App { app, keys, .. } = app().await;
+    let peer = super::Peer("192.0.2.7:40000".parse().expect("addr"));
+    let from_peer = |request: Request<Body>| {
+        let mut request = request;
+        request.extensions_mut().insert(peer);
+        request
+    };
+    let good = token(&keys, &claims("notes:read"));
+    // Verified once: later calls with it are not held up by the address's failures.
+    let list = call("read_ledger", &json!({}));
+    assert_eq!(
+        send(&app, from_peer(with_token(list, &good))).await.0,
+        StatusCode::OK
+    );
+    let mut forged = claims("notes:read");
+    forged["sub"] = json!("user-mallory");
+    let forged = token(&keys, &forged);
+    let mut parts = forged.split('.');
+    let (head, payload) = (
+        parts.next().expect("header"),
+        parts.next().expect("payload"),
+    );
+    for i in 0..super::FAILURES_ALLOWED {
+        let bad = format!(
+            "{head}.{payload}.{}",
+            URL_SAFE_NO_PAD.encode(format!("sig{i}"))
+        );
+        let request = from_peer(with_token(call("read_ledger", &json!({})), &bad));
+        assert_eq!(send(&app, request).await.0, StatusCode::UNAUTHORIZED, "{i}");
+    }
+    let fresh = token(&keys, &claims("notes:read notes:write"));
+    let request = from_peer(with_token(call("read_ledger", &json!({})), &fresh));
+    let response = app.clone().oneshot(request).await.expect("response");
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = response.headers()[header::RETRY_AFTER]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("seconds");
+    assert!((1..=10).contains(&retry), "{retry}");
+    let request = from_peer(with_token(call("read_ledger", &json!({})), &good));
+    assert_eq!(
+        send(&app, request).await.0,
+        StatusCode::OK,
+        "a verified token still works"
+    );
+    // Another address is not affected.
+    let request = with_token(call("read_ledger", &json!({})), &fresh);
+    assert_eq!(send(&app, request).await.0, StatusCode::OK);
+}
