@@ -40,6 +40,10 @@ pub(crate) struct HttpArgs {
     /// Largest request body in bytes (413 beyond it).
     #[arg(long, value_name = "BYTES", default_value_t = http::DEFAULT_MAX_BODY)]
     max_body: usize,
+    /// Seconds a client has to send a request's headers, and then its body (slow clients are cut
+    /// off).
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    read_timeout: f64,
     /// The issuer (`iss`) every access token must carry.
     #[arg(long, value_name = "URL")]
     issuer: Option<String>,
@@ -159,6 +163,10 @@ pub(crate) async fn serve(
     config.allowed_hosts.extend(args.hosts.iter().cloned());
     config.allowed_origins.clone_from(&args.origins);
     config.max_body = args.max_body;
+    config.read_timeout = Duration::try_from_secs_f64(args.read_timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .context("--read-timeout must be a positive number of seconds")?;
     let verifier = args.verifier(&config.resource).await?;
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));

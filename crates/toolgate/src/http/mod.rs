@@ -44,6 +44,8 @@ use crate::GateServer;
 
 /// Request bodies larger than this are refused with 413 unless configured otherwise.
 pub const DEFAULT_MAX_BODY: usize = 100 * 1024;
+/// Request headers (names and values together) larger than this are refused with 431.
+pub const MAX_HEADER_BYTES: usize = 32 * 1024;
 
 /// How the endpoint is served.
 #[derive(Clone, Debug)]
@@ -468,8 +470,21 @@ async fn read_body(body: Body, config: &HttpConfig) -> Result<Bytes, Response> {
     }
 }
 
-/// DNS-rebinding defence: the `Host` must be one of ours, and a present `Origin` must be allowed.
+/// Headers within bounds; DNS-rebinding defence: the `Host` must be one of ours, and a present
+/// `Origin` must be allowed.
 fn host_or_origin_refusal(config: &HttpConfig, headers: &HeaderMap) -> Option<Response> {
+    // hyper bounds its read buffer, but headers that arrive in one read can pass it; the sum of
+    // names and values is what a client could make us hold and scan.
+    let size: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if size > MAX_HEADER_BYTES {
+        return Some(challenge::rpc_error(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("request headers larger than {MAX_HEADER_BYTES} bytes"),
+        ));
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -576,7 +591,7 @@ pub async fn serve(
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(config.read_timeout)
-            // Bounds the request line and headers together (431 beyond it).
+            // Bounds what one connection buffers; headers are also counted per request.
             .max_buf_size(64 * 1024)
             .max_headers(100)
             .serve_connection(TokioIo::new(stream), service);

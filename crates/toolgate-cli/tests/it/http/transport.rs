@@ -368,3 +368,67 @@ fn someone_elses_session_is_answered_byte_for_byte_as_an_unknown_one() {
     );
     server.stop();
 }
+
+/// What a raw connection gets back within `within` after sending `sent`: the bytes the server
+/// wrote before it closed the connection (or before `within` ran out).
+fn raw_exchange(server: &HttpServer, sent: &[u8], within: std::time::Duration) -> (String, bool) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server.addr).expect("connect");
+    stream.write_all(sent).expect("send");
+    stream.set_read_timeout(Some(within)).expect("timeout");
+    let mut answer = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    let closed = loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break true,
+            Ok(n) => answer.extend_from_slice(&buffer[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break true,
+            Err(_) => break false,
+        }
+    };
+    (String::from_utf8_lossy(&answer).into_owned(), closed)
+}
+
+#[test]
+fn slow_clients_and_oversized_headers_are_cut_off() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &["--read-timeout", "1"]);
+    let wait = std::time::Duration::from_secs(4);
+
+    // Headers that never end (slowloris): the connection is closed after the read timeout.
+    let started = std::time::Instant::now();
+    let (_, closed) = raw_exchange(&server, b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n", wait);
+    assert!(
+        closed,
+        "unfinished headers kept the connection open for {wait:?}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A body that never arrives: 408 after the read timeout, and nothing ran.
+    let token = rsa.sign(&claims(&server.resource(), "user-alice", "tickets:write"));
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: 500\r\n\r\n{{\"jsonrpc\":\"2.0\""
+    );
+    let (answer, _) = raw_exchange(&server, head.as_bytes(), wait);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+
+    // 70 KiB of headers: refused with 431 before the token is looked at.
+    let huge = format!(
+        "GET /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Filler: {}\r\n\r\n",
+        "a".repeat(70 * 1024)
+    );
+    let (answer, _) = raw_exchange(&server, huge.as_bytes(), wait);
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    server.stop();
+    assert!(
+        scratch.records().is_empty(),
+        "nothing was decided, nothing recorded"
+    );
+}
