@@ -56,6 +56,8 @@ while (($#)); do
 done
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/common.sh
+source "$repo/bench/common.sh"
 cd "$repo"
 if [[ $baseline == auto ]]; then
     baseline=""
@@ -105,7 +107,6 @@ fi
 # Every timed run starts with nothing dirty in the page cache (see bench/run.sh).
 settle() { sync; }
 field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
-calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
 
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -226,15 +227,7 @@ fstype=$(df -T "$tmp" | awk 'NR == 2 { print $2 }')
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 load_avg=$(cut -d' ' -f1-3 /proc/loadavg)
 log "== machine: $(nproc) cores available ($cpu), $(uname -sr), data on $fstype, load average $load_avg"
-cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
-read -r busy0 total0 < <(cpu_ticks)
-sleep 2
-read -r busy1 total1 < <(cpu_ticks)
-busy=$(calc "100 * ($busy1 - $busy0) / ($total1 - $total0 + 1)" 0)
-log "   CPUs busy before the first run: $busy% (over 2 s)"
-if ((busy > 10)); then
-    log "   warning: something else is using the CPUs ($busy%); figures will be noisy"
-fi
+warn_if_cpus_busy
 
 configs=(auth noauth)
 ((fresh)) && configs=(auth authx noauth)

@@ -45,6 +45,8 @@ while (($#)); do
 done
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/common.sh
+source "$repo/bench/common.sh"
 cd "$repo"
 
 log() { printf '%s\n' "$*" >&2; }
@@ -90,7 +92,6 @@ settle() { sync; }
 
 # Value of a flat JSON field (numbers only) in one line of JSON.
 field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
-calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
 median() { tr -s ' ' '\n' <<<"$*" | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # run CONFIG TOOL CALLS INFLIGHT TAG: one proxy_bench run against a fresh upstream directory (and a
@@ -130,15 +131,7 @@ load_avg=$(cut -d' ' -f1-3 /proc/loadavg)
 log "== machine: $(nproc) cores available ($cpu), $(uname -sr), data on $fstype ($(df "$tmp" | awk 'NR == 2 { print $1 }')), load average $load_avg"
 # The load average still counts the build above for a minute or more; what matters is whether
 # anything else uses the CPUs now: the busy share of all CPUs over two seconds, from /proc/stat.
-cpu_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
-read -r busy0 total0 < <(cpu_ticks)
-sleep 2
-read -r busy1 total1 < <(cpu_ticks)
-busy=$(calc "100 * ($busy1 - $busy0) / ($total1 - $total0 + 1)" 0)
-log "   CPUs busy before the first run: $busy% (over 2 s)"
-if ((busy > 10)); then
-    log "   warning: something else is using the CPUs ($busy%); figures will be noisy"
-fi
+warn_if_cpus_busy
 
 configs=(direct buffered synced)
 fsync_p50="" fsync_p99=""

@@ -36,6 +36,8 @@ while (($#)); do
 done
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/common.sh
+source "$repo/bench/common.sh"
 cd "$repo"
 if [[ -n $baseline ]]; then
     baseline=$(cd "$baseline" && pwd)
@@ -72,7 +74,6 @@ settle() { sync; }
 
 # Value of a flat JSON field (numbers only) in one line of JSON.
 field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
-calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
 median() { tr ' ' '\n' <<<"$*" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 min() { tr ' ' '\n' <<<"$*" | sort -g | head -n1; }
 

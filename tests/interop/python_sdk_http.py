@@ -41,13 +41,13 @@ from sdk_harness import (
     CheckFailed,
     Client,
     MCPError,
-    SessionMessage,
     Transcript,
     anyio,
     check,
     check_negotiation,
     check_tool_list,
     first_failure,
+    recorded,
     run_checks,
     sdk_version,
 )
@@ -78,34 +78,8 @@ async def tapped_http(
         headers=headers, timeout=timeout, trust_env=False, event_hooks={"response": [record_status]}
     ) as http:
         async with streamable_http_client(url, http_client=http) as (server_read, server_write):
-            to_client, client_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-            client_write, from_client = anyio.create_memory_object_stream[SessionMessage](0)
-
-            async def upstream() -> None:
-                async with from_client, server_write:
-                    async for msg in from_client:
-                        transcript.append(("->", _dump(msg)))
-                        await server_write.send(msg)
-
-            async def downstream() -> None:
-                async with to_client:
-                    async for msg in server_read:
-                        transcript.append(("<-", _dump(msg)))
-                        await to_client.send(msg)
-
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(upstream)
-                tg.start_soon(downstream)
-                try:
-                    yield client_read, client_write
-                finally:
-                    tg.cancel_scope.cancel()
-
-
-def _dump(msg: SessionMessage | Exception) -> str:
-    if isinstance(msg, Exception):
-        return f"<transport error: {msg!r}>"
-    return msg.message.model_dump_json(by_alias=True, exclude_unset=True)
+            async with recorded(server_read, server_write, transcript) as streams:
+                yield streams
 
 
 def text_of(result: Any) -> str:

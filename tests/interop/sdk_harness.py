@@ -1,8 +1,9 @@
 """What the scripts that drive toolgate with the official MCP Python SDK (`mcp` 2.x) share.
 
-python_sdk_client.py (`toolgate serve`) and python_sdk_gateway.py (`toolgate proxy`) import this
-module from their own directory, which Python puts first on sys.path when it runs a script. It
-owns the harness around a scenario: the recorded stdio transport, the checks every scenario makes
+python_sdk_client.py (`toolgate serve`), python_sdk_gateway.py (`toolgate proxy`) and
+python_sdk_http.py (`serve --http`) import this module from their own directory, which Python puts
+first on sys.path when it runs a script. It owns the harness around a scenario: the recorded
+transport (stdio, or any transport's streams through `recorded`), the checks every scenario makes
 on the negotiated protocol and on tools/list, and the exit protocol (one JSON summary line on
 stdout; 0 every check held, 1 a check failed with the reason, the JSON-RPC transcript and the
 server's stderr on stderr). It holds no scenario: what is checked stays in each script.
@@ -64,33 +65,43 @@ async def tapped_stdio(
     forwards each message unchanged, so the SDK sees what it would see without it.
     """
     async with stdio_client(params, errlog=errlog) as (server_read, server_write):
-        to_client, client_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-        client_write, from_client = anyio.create_memory_object_stream[SessionMessage](0)
+        async with recorded(server_read, server_write, transcript) as streams:
+            yield streams
 
-        async def upstream() -> None:
-            async with from_client, server_write:
-                async for msg in from_client:
-                    transcript.append(("->", _dump(msg)))
-                    await server_write.send(msg)
 
-        async def downstream() -> None:
-            async with to_client:
-                async for msg in server_read:
-                    transcript.append(("<-", _dump(msg)))
-                    await to_client.send(msg)
+@asynccontextmanager
+async def recorded(
+    server_read: Any, server_write: Any, transcript: Transcript
+) -> AsyncIterator[tuple[Any, Any]]:
+    """A passive relay over a transport's two streams that records every message in `transcript`
+    and forwards it unchanged (stdio here, Streamable HTTP in python_sdk_http.py)."""
+    to_client, client_read = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    client_write, from_client = anyio.create_memory_object_stream[SessionMessage](0)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(upstream)
-            tg.start_soon(downstream)
-            try:
-                yield client_read, client_write
-            finally:
-                tg.cancel_scope.cancel()
+    async def upstream() -> None:
+        async with from_client, server_write:
+            async for msg in from_client:
+                transcript.append(("->", _dump(msg)))
+                await server_write.send(msg)
+
+    async def downstream() -> None:
+        async with to_client:
+            async for msg in server_read:
+                transcript.append(("<-", _dump(msg)))
+                await to_client.send(msg)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(upstream)
+        tg.start_soon(downstream)
+        try:
+            yield client_read, client_write
+        finally:
+            tg.cancel_scope.cancel()
 
 
 def _dump(msg: SessionMessage | Exception) -> str:
     if isinstance(msg, Exception):
-        return f"<unparseable line: {msg!r}>"
+        return f"<unreadable message: {msg!r}>"
     return msg.message.model_dump_json(by_alias=True, exclude_unset=True)
 
 

@@ -1,0 +1,19 @@
+# What the benchmark scripts share; sourced by bench/run.sh, bench/proxy.sh and bench/http.sh.
+
+# calc EXPR [DECIMALS]: floating-point arithmetic (default 2 decimals).
+calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
+
+# warn_if_cpus_busy: the busy share of all CPUs over two seconds, from /proc/stat (the load average
+# still counts the release build for a minute or more), left in `busy`; a warning when something
+# else runs.
+warn_if_cpus_busy() {
+    local busy0 total0 busy1 total1
+    read -r busy0 total0 < <(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+    sleep 2
+    read -r busy1 total1 < <(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+    busy=$(calc "100 * ($busy1 - $busy0) / ($total1 - $total0 + 1)" 0)
+    printf '%s\n' "   CPUs busy before the first run: $busy% (over 2 s)" >&2
+    if ((busy > 10)); then
+        printf '%s\n' "   warning: something else is using the CPUs ($busy%); figures will be noisy" >&2
+    fi
+}
