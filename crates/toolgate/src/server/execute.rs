@@ -184,15 +184,28 @@ impl Corridor<'_> {
             progress_token: context.meta.get_progress_token(),
         };
         let run = tokio::time::timeout(timeout, self.toolset.call(call));
+        let cancelled = || {
+            (
+                Err(ErrorData::internal_error("cancelled by the client", None)),
+                Outcome::Cancelled,
+            )
+        };
         // `biased`: a cancellation that raced the handler's own (cancelled) answer is still a
         // cancellation, whichever future the runtime happened to see first.
         let (answer, outcome) = tokio::select! {
             biased;
             () = ct.cancelled() => {
                 handler_ct.cancel();
-                (Err(ErrorData::internal_error("cancelled by the client", None)), Outcome::Cancelled)
+                cancelled()
             }
+            // tokio-util marks children cancelled before their parent: a handler watching its
+            // token can give up, and this branch be polled, before `ct` reads cancelled. A
+            // handler that did not succeed while its token was cancelled was cancelled.
             finished = run => match finished {
+                Ok(Ok(result)) if result.is_error == Some(true) && handler_ct.is_cancelled() => {
+                    cancelled()
+                }
+                Ok(Err(_)) if handler_ct.is_cancelled() => cancelled(),
                 Ok(Ok(result)) => {
                     let outcome = if result.is_error == Some(true) { Outcome::Failed } else { Outcome::Committed };
                     (Ok(result), outcome)
