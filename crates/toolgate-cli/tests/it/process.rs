@@ -197,7 +197,13 @@ fn the_demo_runs_the_seed_scenario_and_every_check_holds() {
             "gateway tools/list",
             "gateway gated delete",
             "gateway untrusted read",
-            "gateway audit verify"
+            "gateway audit verify",
+            "http no token",
+            "http forged token",
+            "http untrusted ticket",
+            "http other's ticket",
+            "http step-up",
+            "http audit verify"
         ]
     );
     assert_eq!(report["audit"]["intact"], true);

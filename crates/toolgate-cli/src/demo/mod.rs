@@ -1,10 +1,13 @@
 //! `toolgate demo`: the seeds' scenarios, end to end, against real `toolgate serve` child processes:
 //! seed 000's ledger, seed 003's orders (tiers, an approval by a second process, an expiry, a
-//! blocked tool) and seed 004's gated notes.
+//! blocked tool) and its helpdesk over HTTP with OAuth (`http.rs`), seed 004's gated notes, and
+//! the gateway.
 //!
 //! Nothing to set up: a temporary data directory, the seed's policy, and this very binary as the
 //! server. The harness, not a model, decides at the end: execute, verify by observation, then
 //! CONTINUE or STOP. Exit 0 when every check held, 1 when one did not.
+
+mod http;
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
@@ -21,8 +24,8 @@ use toolgate_core::audit;
 use toolgate_core::policy::SEED_POLICY;
 
 /// The demo policies, shipped in `policies/`.
-const ORDERS_POLICY: &str = include_str!("../../../policies/orders.toml");
-const NOTES_POLICY: &str = include_str!("../../../policies/notes.toml");
+const ORDERS_POLICY: &str = include_str!("../../../../policies/orders.toml");
+const NOTES_POLICY: &str = include_str!("../../../../policies/notes.toml");
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -103,6 +106,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     steps.extend(orders_scenario(&root).await?);
     steps.extend(notes_scenario(&root).await?);
     steps.extend(gateway_scenario(&root).await?);
+    steps.extend(http::http_scenario(&root).await?);
     let ok = steps.iter().all(|s| s.ok);
     let kept = args.keep.then(|| dir.keep());
     print(&steps, ok, &report, kept.as_deref(), args.json)?;
@@ -236,7 +240,7 @@ fn print(
     }
     writeln!(
         out,
-        "toolgate demo: the seed scenarios (000 ledger, 003 orders, 004 notes) against real `toolgate serve` children,\nthen `toolgate proxy` gating an ungated MCP server it did not write\n"
+        "toolgate demo: the seed scenarios (000 ledger, 003 orders, 004 notes) against real `toolgate serve` children,\nthen `toolgate proxy` gating an ungated MCP server it did not write, then the helpdesk over HTTP with OAuth\n"
     )?;
     for step in steps {
         writeln!(
