@@ -20,6 +20,19 @@ pub fn implementation() -> rmcp::model::Implementation {
     rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION"))
 }
 
+/// Locks `mutex`, also after a panic elsewhere poisoned it: the data behind every mutex here stays
+/// consistent between statements, so a panicked holder leaves nothing half-changed to refuse.
+pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whole seconds in `wait`, rounded up: what a "retry after N s" may promise.
+pub(crate) fn seconds_up(wait: std::time::Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
 /// Outgoing HTTPS (upstreams, JWKS, documents) uses rustls with ring; installed once per process
 /// (a second install is a no-op error).
 pub(crate) fn install_tls_provider() {

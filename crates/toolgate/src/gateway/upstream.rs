@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 
 use super::progress::{self, Routes};
 use super::spec::{Target, UpstreamSpec};
+use crate::lock;
 use crate::toolset::CallError;
 
 /// First wait before a restart; doubles up to [`MAX_BACKOFF`].
@@ -487,8 +488,4 @@ fn relay_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
             tracing::info!(upstream = %upstream, "upstream stderr: {line}");
         }
     });
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }

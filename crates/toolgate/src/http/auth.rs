@@ -17,7 +17,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
@@ -117,17 +117,27 @@ pub fn algorithm(name: &str) -> Result<Algorithm, ConfigError> {
     let parsed: Algorithm = name
         .parse()
         .map_err(|_| ConfigError::Algorithm(name.to_owned()))?;
-    match parsed {
-        Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512 => {
-            Err(ConfigError::Algorithm(name.to_owned()))
-        }
-        other => Ok(other),
+    if symmetric(parsed) {
+        return Err(ConfigError::Algorithm(name.to_owned()));
     }
+    Ok(parsed)
+}
+
+/// HMAC: the key would be a shared secret, and a public key must never serve as one.
+fn symmetric(alg: Algorithm) -> bool {
+    matches!(alg, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512)
+}
+
+/// A configured key, with its verifying form made once when the set is loaded.
+#[derive(Debug)]
+struct Key {
+    jwk: Jwk,
+    decoding: DecodingKey,
 }
 
 #[derive(Debug)]
 struct Keys {
-    set: JwkSet,
+    set: Vec<Key>,
     fetched: Instant,
     /// When an unknown `kid` last caused a fetch.
     last_forced: Option<Instant>,
@@ -165,11 +175,7 @@ impl Verifier {
         if config.algorithms.is_empty() {
             return Err(ConfigError::NoAlgorithm);
         }
-        if let Some(hmac) = config
-            .algorithms
-            .iter()
-            .find(|a| matches!(a, Algorithm::HS256 | Algorithm::HS384 | Algorithm::HS512))
-        {
+        if let Some(hmac) = config.algorithms.iter().find(|a| symmetric(**a)) {
             return Err(ConfigError::Algorithm(format!("{hmac:?}")));
         }
         let http = match &config.keys {
@@ -270,10 +276,7 @@ impl Verifier {
     }
 
     fn cached(&self, digest: &[u8; 32]) -> Option<Principal> {
-        let cache = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let cache = crate::lock(&self.cache);
         cache
             .get(digest)
             .filter(|(_, until)| Instant::now() < *until)
@@ -281,13 +284,10 @@ impl Verifier {
     }
 
     fn remember(&self, digest: [u8; 32], principal: Principal, exp: u64) {
-        let now_unix = unix_now();
-        let left = Duration::from_secs(exp.saturating_sub(now_unix));
+        let now = u64::try_from(crate::server::now_ms() / 1000).unwrap_or(0);
+        let left = Duration::from_secs(exp.saturating_sub(now));
         let until = Instant::now() + left.min(CACHE_MAX_AGE);
-        let mut cache = self
-            .cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut cache = crate::lock(&self.cache);
         if cache.len() >= CACHE_MAX_ENTRIES {
             cache.clear();
         }
@@ -303,14 +303,13 @@ impl Verifier {
         }
         let keys = self.keys.read().await;
         keys.set
-            .keys
             .iter()
-            .filter(|jwk| match kid {
-                Some(kid) => jwk.common.key_id.as_deref() == Some(kid),
+            .filter(|key| match kid {
+                Some(kid) => key.jwk.common.key_id.as_deref() == Some(kid),
                 None => true,
             })
-            .filter(|jwk| fits(jwk, alg))
-            .filter_map(|jwk| DecodingKey::from_jwk(jwk).ok())
+            .filter(|key| fits(&key.jwk, alg))
+            .map(|key| key.decoding.clone())
             .collect()
     }
 
@@ -435,12 +434,6 @@ fn rejection(kind: &jsonwebtoken::errors::ErrorKind) -> Rejection {
     }
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// https, or http to a loopback address (a local test issuer).
 fn secure_url(url: &url::Url) -> bool {
     match url.scheme() {
@@ -455,7 +448,7 @@ fn secure_url(url: &url::Url) -> bool {
     }
 }
 
-async fn load(source: &KeySource, http: Option<&reqwest::Client>) -> Result<JwkSet, ConfigError> {
+async fn load(source: &KeySource, http: Option<&reqwest::Client>) -> Result<Vec<Key>, ConfigError> {
     let bytes = match (source, http) {
         (KeySource::File(path), _) => std::fs::read(path)
             .map_err(|e| ConfigError::Jwks(format!("{}: {e}", path.display())))?,
@@ -473,7 +466,14 @@ async fn load(source: &KeySource, http: Option<&reqwest::Client>) -> Result<JwkS
     if keys.is_empty() {
         return Err(ConfigError::Jwks("no public keys in the set".to_owned()));
     }
-    Ok(JwkSet { keys })
+    // A key whose parameters do not make a verifying key can never verify: left out.
+    Ok(keys
+        .into_iter()
+        .filter_map(|jwk| {
+            let decoding = DecodingKey::from_jwk(&jwk).ok()?;
+            Some(Key { jwk, decoding })
+        })
+        .collect())
 }
 
 async fn fetch(http: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, ConfigError> {

@@ -86,7 +86,7 @@ pub(super) fn insufficient_scope(metadata: &Metadata, scope: &str) -> Response {
 
 /// 429: this address failed too many token checks; tokens it sends are not checked for `wait`.
 pub(super) fn too_many_failures(wait: std::time::Duration) -> Response {
-    let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+    let seconds = crate::seconds_up(wait);
     (
         StatusCode::TOO_MANY_REQUESTS,
         [

@@ -133,6 +133,10 @@ struct Endpoint {
     verifier: Option<Arc<Verifier>>,
     /// The protected resource metadata document and the URL it is served at.
     metadata: Option<challenge::Metadata>,
+    /// Every scope of the policy, space-separated: the 401 hint when no one tool is called.
+    all_scopes: String,
+    /// `config.allowed_origins` as (scheme, host, port), compared with each request's Origin.
+    origins: Vec<String>,
     /// Legacy sessions and the subject that opened each: a session id is no bearer credential.
     sessions: Mutex<HashMap<String, String>>,
     /// rmcp's sessions, to forget owners of sessions that ended.
@@ -157,20 +161,14 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 impl Failures {
     /// How long `ip` must wait before its tokens are checked again, if it used up its failures.
     fn wait(&self, ip: IpAddr) -> Option<Duration> {
-        let windows = self
-            .windows
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let windows = crate::lock(&self.windows);
         let (failures, since) = windows.get(&ip)?;
         let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
         (*failures >= FAILURES_ALLOWED).then_some(left)
     }
 
     fn count(&self, ip: IpAddr) {
-        let mut windows = self
-            .windows
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut windows = crate::lock(&self.windows);
         if windows.len() >= 10_000 {
             windows.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
         }
@@ -204,9 +202,15 @@ pub fn router(
         session_manager.clone(),
         mcp_config,
     );
+    let scopes = server.scopes();
     let metadata = verifier
         .as_ref()
-        .map(|v| challenge::Metadata::new(v.config(), &server.scopes()));
+        .map(|v| challenge::Metadata::new(v.config(), &scopes));
+    let origins = config
+        .allowed_origins
+        .iter()
+        .filter_map(|o| normal_origin(o))
+        .collect();
     let mut app = axum::Router::new().route(&config.path, any(handle));
     if let Some(metadata) = &metadata {
         app = app
@@ -219,6 +223,8 @@ pub fn router(
         mcp,
         verifier,
         metadata,
+        all_scopes: scopes.join(" "),
+        origins,
         sessions: Mutex::new(HashMap::new()),
         session_manager,
         failures: Failures::default(),
@@ -227,7 +233,7 @@ pub fn router(
 }
 
 async fn serve_metadata(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Response {
-    if let Some(refused) = host_or_origin_refusal(&endpoint.config, request.headers()) {
+    if let Some(refused) = endpoint.front_door_refusal(request.headers()) {
         return refused;
     }
     match &endpoint.metadata {
@@ -246,7 +252,7 @@ async fn serve_metadata(State(endpoint): State<Arc<Endpoint>>, request: Request)
 /// Every request to the MCP endpoint.
 async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Response {
     let config = &endpoint.config;
-    if let Some(refused) = host_or_origin_refusal(config, request.headers()) {
+    if let Some(refused) = endpoint.front_door_refusal(request.headers()) {
         return refused;
     }
     if request.uri().query().is_some_and(|query| {
@@ -264,22 +270,20 @@ async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Resp
     } else {
         Bytes::new()
     };
-    let call = Called::parse(&body);
     if let Some(verifier) = &endpoint.verifier {
         let metadata = endpoint
             .metadata
             .as_ref()
             .expect("metadata is built with the verifier");
+        let call = Called::parse(&body);
         let needed = call
             .tool
             .as_deref()
             .and_then(|tool| endpoint.server.required_scope(tool));
-        let hint = needed
-            .clone()
-            .unwrap_or_else(|| endpoint.server.scopes().join(" "));
+        let hint = needed.as_deref().unwrap_or(&endpoint.all_scopes);
         let Some(token) = bearer(&parts.headers) else {
             tracing::info!(method = %parts.method, "request without a bearer token refused");
-            return challenge::unauthorized(metadata, &hint, false);
+            return challenge::unauthorized(metadata, hint, false);
         };
         let principal = match verifier.recently_verified(token) {
             Some(principal) => principal,
@@ -297,7 +301,7 @@ async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Resp
                             endpoint.failures.count(ip);
                         }
                         tracing::info!(reason = why.as_str(), "bearer token refused");
-                        return challenge::unauthorized(metadata, &hint, true);
+                        return challenge::unauthorized(metadata, hint, true);
                     }
                 }
             }
@@ -358,10 +362,7 @@ impl Endpoint {
     /// Whether a legacy session id may be used by `sub`: it was opened by `sub`, or it is not
     /// ours to judge (unknown ids get rmcp's 404).
     fn session_is_for(&self, session: &http::HeaderValue, sub: &str) -> bool {
-        let sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let sessions = crate::lock(&self.sessions);
         session
             .to_str()
             .ok()
@@ -373,10 +374,7 @@ impl Endpoint {
     /// longer has (closed or expired), so the map is as big as the live sessions.
     async fn remember_session(&self, session: &str, sub: String) {
         let known: Vec<String> = {
-            let mut sessions = self
-                .sessions
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut sessions = crate::lock(&self.sessions);
             sessions.entry(session.to_owned()).or_insert(sub);
             if sessions.len() < 1024 || !sessions.len().is_power_of_two() {
                 return;
@@ -389,20 +387,14 @@ impl Endpoint {
             .filter(|id| !live.contains_key(id.as_str()))
             .collect();
         drop(live);
-        let mut sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions = crate::lock(&self.sessions);
         for id in ended {
             sessions.remove(&id);
         }
     }
 
     fn forget_session(&self, session: &str) {
-        let mut sessions = self
-            .sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut sessions = crate::lock(&self.sessions);
         sessions.remove(session);
     }
 }
@@ -470,44 +462,46 @@ async fn read_body(body: Body, config: &HttpConfig) -> Result<Bytes, Response> {
     }
 }
 
-/// Headers within bounds; DNS-rebinding defence: the `Host` must be one of ours, and a present
-/// `Origin` must be allowed.
-fn host_or_origin_refusal(config: &HttpConfig, headers: &HeaderMap) -> Option<Response> {
-    // hyper bounds its read buffer, but headers that arrive in one read can pass it; the sum of
-    // names and values is what a client could make us hold and scan.
-    let size: usize = headers
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len())
-        .sum();
-    if size > MAX_HEADER_BYTES {
-        return Some(challenge::rpc_error(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            format!("request headers larger than {MAX_HEADER_BYTES} bytes"),
-        ));
-    }
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default()
-        .to_ascii_lowercase();
-    if !host_allowed(&host, &config.allowed_hosts) {
-        tracing::warn!(host = %host, "request with a Host that is not ours refused (DNS rebinding?)");
-        return Some(challenge::rpc_error(
-            StatusCode::FORBIDDEN,
-            "host not allowed".to_owned(),
-        ));
-    }
-    if let Some(origin) = headers.get(header::ORIGIN) {
-        let origin = origin.to_str().unwrap_or_default();
-        if !origin_allowed(origin, &config.allowed_origins) {
-            tracing::warn!(origin = %origin, "request from an Origin that is not allowed refused");
+impl Endpoint {
+    /// Headers within bounds; DNS-rebinding defence: the `Host` must be one of ours, and a present
+    /// `Origin` must be allowed.
+    fn front_door_refusal(&self, headers: &HeaderMap) -> Option<Response> {
+        // hyper bounds its read buffer, but headers that arrive in one read can pass it; the sum of
+        // names and values is what a client could make us hold and scan.
+        let size: usize = headers
+            .iter()
+            .map(|(name, value)| name.as_str().len() + value.len())
+            .sum();
+        if size > MAX_HEADER_BYTES {
             return Some(challenge::rpc_error(
-                StatusCode::FORBIDDEN,
-                "origin not allowed".to_owned(),
+                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+                format!("request headers larger than {MAX_HEADER_BYTES} bytes"),
             ));
         }
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        if !host_allowed(&host, &self.config.allowed_hosts) {
+            tracing::warn!(host = %host, "request with a Host that is not ours refused (DNS rebinding?)");
+            return Some(challenge::rpc_error(
+                StatusCode::FORBIDDEN,
+                "host not allowed".to_owned(),
+            ));
+        }
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or_default();
+            if !origin_allowed(origin, &self.origins) {
+                tracing::warn!(origin = %origin, "request from an Origin that is not allowed refused");
+                return Some(challenge::rpc_error(
+                    StatusCode::FORBIDDEN,
+                    "origin not allowed".to_owned(),
+                ));
+            }
+        }
+        None
     }
-    None
 }
 
 /// `host` (`name` or `name:port`, lower-case) against entries that are a name (any port) or a
@@ -528,15 +522,10 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
         .any(|a| a.eq_ignore_ascii_case(host) || a.eq_ignore_ascii_case(name))
 }
 
-/// An Origin against the allow-list, compared as (scheme, host, port) with default ports filled in.
+/// An Origin against the allow-list (already [`normal_origin`]s), compared as (scheme, host,
+/// port) with default ports filled in.
 fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
-    let Some(origin) = normal_origin(origin) else {
-        return false;
-    };
-    allowed
-        .iter()
-        .filter_map(|a| normal_origin(a))
-        .any(|a| a == origin)
+    normal_origin(origin).is_some_and(|origin| allowed.contains(&origin))
 }
 
 fn normal_origin(origin: &str) -> Option<String> {

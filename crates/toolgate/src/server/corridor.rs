@@ -150,10 +150,7 @@ impl<'a> Corridor<'a> {
         rule: &str,
     ) -> Event {
         let event = self.gate.event(name, arguments, decision, outcome, rule);
-        match &self.origin {
-            Some(upstream) => event.with("upstream", upstream.as_str()),
-            None => event,
-        }
+        super::from_upstream(event, self.origin.as_deref())
     }
 
     /// Audits a refusal before dispatch and builds the -32602 answer.
@@ -192,7 +189,7 @@ impl<'a> Corridor<'a> {
         if !self.gate.record(event).await {
             return outcome::audit_unavailable(name);
         }
-        let seconds = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+        let seconds = crate::seconds_up(wait);
         tracing::info!(tool = name, principal = %self.gate.principal().sub, retry_after_s = seconds, "rate limit reached");
         outcome::tool_error(
             format!("rate limit reached, retry after {seconds} s"),

@@ -44,10 +44,7 @@ impl RateLimits {
     }
 
     fn limiter(&self, limit: RateLimit) -> Arc<Limiter> {
-        let mut limiters = self
-            .limiters
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut limiters = crate::lock(&self.limiters);
         limiters
             .entry(limit)
             .or_insert_with(|| {

@@ -25,7 +25,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use toolgate_core::audit::{Decision, Outcome};
+use toolgate_core::audit::{Decision, Event, Outcome};
 use toolgate_core::principal::Principal;
 
 pub use corridor::{fingerprint, now_ms, rfc3339};
@@ -136,17 +136,15 @@ impl GateServer {
     ) {
         let gate = self.gate.clone().with_principal(principal.clone());
         let empty = serde_json::Map::new();
-        let mut event = gate.event(
+        let event = gate.event(
             tool,
             arguments.unwrap_or(&empty),
             Decision::Deny,
             Outcome::NotExecuted,
             "scope",
         );
-        if let Some(upstream) = self.toolset.origin(tool) {
-            event = event.with("upstream", upstream);
-        }
-        gate.record(event).await;
+        gate.record(from_upstream(event, self.toolset.origin(tool).as_deref()))
+            .await;
     }
 
     /// The gate as this request's caller sees it: on HTTP, with the principal the transport
@@ -356,11 +354,9 @@ impl GateServer {
         fetch: impl FnOnce(&'a dyn Passthrough) -> PassFuture<'a, T>,
     ) -> Result<T, ErrorData> {
         let audit = |decision, outcome| {
-            let mut event = gate.event(&name, &serde_json::Map::new(), decision, outcome, rule);
+            let event = gate.event(&name, &serde_json::Map::new(), decision, outcome, rule);
+            let mut event = from_upstream(event, self.toolset.origin(&name).as_deref());
             method.clone_into(&mut event.method);
-            if let Some(upstream) = self.toolset.origin(&name) {
-                event = event.with("upstream", upstream);
-            }
             gate.record(event)
         };
         let Some(pass) = self.toolset.passthrough().filter(|_| allowed) else {
@@ -390,6 +386,14 @@ impl GateServer {
         let why = self.gate.redactor().redact(why).into_owned();
         tracing::warn!(reason = %why, "pass-through request failed");
         ErrorData::internal_error(why, None)
+    }
+}
+
+/// `event`, naming the upstream whose tool it is about (the gateway's records), if any.
+fn from_upstream(event: Event, upstream: Option<&str>) -> Event {
+    match upstream {
+        Some(upstream) => event.with("upstream", upstream),
+        None => event,
     }
 }
 
