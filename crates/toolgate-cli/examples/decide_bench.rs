@@ -15,7 +15,7 @@ use std::io::Write;
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
-use toolgate_core::policy::{Policy, Situation};
+use toolgate_core::policy::Policy;
 use toolgate_core::principal::Principal;
 use toolgate_store::approval::{ApprovalStore, NewApproval, Verdict};
 use toolgate_store::state::StateStore;
@@ -49,7 +49,7 @@ fn time_decisions(
     for _ in 0..n {
         let start = Instant::now();
         let assessment = policy.assess(tool, args, &principal);
-        let verdict = policy.decide(tool, &assessment, Situation::default());
+        let verdict = policy.decide(tool, &assessment, false);
         std::hint::black_box(verdict);
         samples.push(start.elapsed().as_nanos());
     }

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::{Value, json};
-use toolgate::server::{now_ms, rfc3339};
+use toolgate_core::time::{now_ms, rfc3339};
 use toolgate_store::approval::{Approval, ApprovalStore, DecideError, Verdict};
 
 #[derive(Debug, clap::Args)]

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::Value;
-use toolgate::server::rfc3339;
+use toolgate_core::time::rfc3339;
 use toolgate_store::idempotency::IdempotencyStore;
 
 #[derive(Debug, clap::Args)]

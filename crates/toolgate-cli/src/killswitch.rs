@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use serde_json::json;
-use toolgate::server::{now_ms, rfc3339};
+use toolgate_core::time::{now_ms, rfc3339};
 use toolgate_store::state::{KillSwitch, StateStore};
 
 #[derive(Debug, clap::Args)]

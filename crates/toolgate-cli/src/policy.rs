@@ -9,7 +9,8 @@ use anyhow::{Context, anyhow};
 use serde_json::{Map, Value, json};
 use toolgate::gateway::exposed_name;
 use toolgate::toolset::{self, Catalog};
-use toolgate_core::policy::{Action, Situation};
+use toolgate_core::answer::Kind;
+use toolgate_core::policy::Action;
 use toolgate_core::principal::Principal;
 
 use crate::proxy::Upstreams;
@@ -96,35 +97,49 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             };
             let principal = principal.map_or_else(local_principal, Principal::new);
             let gate_open = open_gates(&policy).contains(&policy.gate_env(&tool));
+            // The answer the corridor would give, described by the same `Kind` that maps it to
+            // the wire and the audit record, so explain cannot drift from what a call gets.
             let (report, text) = match policy.admit(&tool, &arguments) {
-                Err(denial) => (
-                    json!({"decision": "deny", "answer": "JSON-RPC error -32602", "rule": denial.rule}),
-                    format!(
-                        "decision: deny (JSON-RPC error -32602 before anything runs)\nrule: {}\n",
-                        denial.rule
-                    ),
-                ),
+                Err(denial) => {
+                    let kind = Kind::Denied;
+                    (
+                        json!({"decision": "deny", "answer": kind.describe(), "audit": audit_of(kind), "rule": denial.rule}),
+                        format!(
+                            "decision: deny\nanswer: {}\nrule: {}\n",
+                            kind.describe(),
+                            denial.rule
+                        ),
+                    )
+                }
                 Ok(()) => {
                     let assessment = policy.assess(&tool, &arguments, &principal);
-                    let verdict = policy.decide(
-                        &tool,
-                        &assessment,
-                        Situation {
-                            gate_open,
-                            ..Situation::default()
-                        },
-                    );
-                    let next = match verdict.action {
-                        Action::Run => "runs".to_owned(),
-                        Action::Deny => "refused with JSON-RPC error -32602".to_owned(),
-                        Action::RefuseWithDryRun => format!(
-                            "refused with a dry run until {} is set",
-                            policy.gate_env(&tool)
+                    let verdict = policy.decide(&tool, &assessment, gate_open);
+                    let (kind, next) = match verdict.action {
+                        Action::Run => (Kind::Ran, "runs".to_owned()),
+                        Action::ChargeBudget => (
+                            Kind::Ran,
+                            format!(
+                                "runs while the caller's budget of {} unattended medium calls per {} s lasts, then waits for a person",
+                                policy.defaults().medium_budget,
+                                policy.defaults().medium_window.as_secs()
+                            ),
                         ),
-                        Action::NeedsApproval => "waits for a person's approval".to_owned(),
+                        Action::Deny => (Kind::Denied, "deny".to_owned()),
+                        Action::RefuseWithDryRun => (
+                            Kind::DryRun,
+                            format!(
+                                "refused with a dry run until {} is set",
+                                policy.gate_env(&tool)
+                            ),
+                        ),
+                        Action::NeedsApproval => {
+                            (Kind::Pending, "waits for a person's approval".to_owned())
+                        }
                     };
                     let report = json!({
                         "decision": verdict.action,
+                        "answer": kind.describe(),
+                        "audit": audit_of(kind),
                         "tier_declared": assessment.declared.as_str(),
                         "tier": verdict.tier.as_str(),
                         "rule": verdict.rule,
@@ -132,7 +147,8 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                         "principal": principal.sub,
                     });
                     let mut text = format!(
-                        "decision: {next}\ntier: {} -> {}\nrule: {}\n",
+                        "decision: {next}\nanswer: {}\ntier: {} -> {}\nrule: {}\n",
+                        kind.describe(),
                         assessment.declared.as_str(),
                         verdict.tier.as_str(),
                         verdict.rule
@@ -160,6 +176,12 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The audit record's `decision/outcome` for an answer of `kind`.
+fn audit_of(kind: Kind) -> String {
+    let (decision, outcome) = kind.audit();
+    format!("{}/{}", decision.as_str(), outcome.as_str())
 }
 
 /// The policy, checked against the tools the upstreams offer now (named as `toolgate proxy`

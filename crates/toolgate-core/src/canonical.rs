@@ -12,7 +12,7 @@
 //! only integers, so the chain is unaffected; argument digests of calls with such floats are
 //! toolgate's own.
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
 /// Encodes `value` in canonical form.
@@ -41,22 +41,25 @@ pub fn write(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b']');
         }
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            // Byte order of UTF-8 is code-point order, which is what Python's sort_keys uses.
-            entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-            out.push(b'{');
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_str(key, out);
-                out.push(b':');
-                write(item, out);
-            }
-            out.push(b'}');
-        }
+        Value::Object(map) => write_object(map, out),
     }
+}
+
+/// Appends the canonical form of the object `map` to `out`.
+pub fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    // Byte order of UTF-8 is code-point order, which is what Python's sort_keys uses.
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    out.push(b'{');
+    for (i, (key, item)) in entries.into_iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_str(key, out);
+        out.push(b':');
+        write(item, out);
+    }
+    out.push(b'}');
 }
 
 /// Appends `s` as a JSON string literal in canonical form.
@@ -104,6 +107,14 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 #[must_use]
 pub fn digest(value: &Value) -> String {
     sha256_hex(&to_vec(value))
+}
+
+/// [`digest`] of a call's arguments, without copying them into a `Value` first.
+#[must_use]
+pub fn digest_object(map: &Map<String, Value>) -> String {
+    let mut out = Vec::with_capacity(256);
+    write_object(map, &mut out);
+    sha256_hex(&out)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! the security argument lives here and is checked in milliseconds by unit tests, and an SDK upgrade
 //! never touches it.
 
+pub mod answer;
 pub mod audit;
 pub mod canonical;
 pub mod policy;
@@ -15,3 +16,4 @@ pub mod redact;
 pub mod sanitize;
 pub mod schema;
 pub mod secret;
+pub mod time;

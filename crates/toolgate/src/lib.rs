@@ -5,9 +5,9 @@
 //! shutdown grace, and the built-in toolsets. Policy and audit logic stay in `toolgate-core`; this
 //! crate only walks calls through them, so an rmcp upgrade touches this folder and nothing else.
 
+pub mod corridor;
 pub mod gateway;
 pub mod http;
-pub mod outcome;
 pub mod server;
 pub mod stdio;
 pub mod toolset;

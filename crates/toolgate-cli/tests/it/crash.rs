@@ -175,3 +175,56 @@ fn a_torn_audit_tail_leaves_a_recovery_record_and_the_torn_bytes_beside_the_log(
     assert_eq!(aside.len(), 1);
     assert!(!std::fs::read(aside[0].path()).unwrap().is_empty());
 }
+
+/// A failed sync of the audit log: the call whose record it was is not answered as done, every
+/// later call is refused before it runs with words that say a restart is needed, and a restart
+/// brings the server back with nothing half-done.
+#[test]
+fn after_a_failed_audit_sync_every_call_is_refused_until_a_restart() {
+    let scratch = Scratch::new();
+    let mut server = scratch.serve(&[(
+        "FAILPOINTS",
+        "journal.audit_sync_fails=1*off->return".to_owned(),
+    )]);
+    let first = server.call("read_ledger", json!({}));
+    assert_ne!(first["result"]["isError"], true, "{first}");
+
+    // This read's record could not be made durable: its answer is withheld.
+    let second = server.call("read_ledger", json!({}));
+    let refused = &second["result"];
+    assert_eq!(refused["isError"], true, "{second}");
+    assert_eq!(refused["structuredContent"]["executed"], false, "{second}");
+    assert!(refused.to_string().contains("restarted"), "{second}");
+
+    // Nothing runs any more, and the answer says why and what to do.
+    let third = server.call(
+        "write_note",
+        json!({"request_id": "req-after-eio-01", "text": "must not land"}),
+    );
+    let refused = &third["result"];
+    assert_eq!(refused["isError"], true, "{third}");
+    assert_eq!(refused["structuredContent"]["executed"], false, "{third}");
+    assert_eq!(
+        refused["structuredContent"]["rule"], "audit.unavailable",
+        "{third}"
+    );
+    assert!(
+        refused["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("until it is restarted")),
+        "{third}"
+    );
+    server.close();
+
+    assert!(notes(&scratch).is_empty(), "the refused write left no note");
+    let mut server = scratch.serve(&[]);
+    let after = server.call(
+        "write_note",
+        json!({"request_id": "req-after-restart", "text": "lands"}),
+    );
+    server.close();
+    assert_eq!(
+        after["result"]["structuredContent"]["status"], "committed",
+        "{after}"
+    );
+}

@@ -161,6 +161,26 @@ impl Event {
         }
     }
 
+    /// An event for a `tools/call` whose arguments were digested already ([`canonical::digest`]).
+    #[must_use]
+    pub fn tool_call_digested(
+        request_id: impl Into<String>,
+        name: impl Into<String>,
+        decision: Decision,
+        outcome: Outcome,
+        args_digest: String,
+    ) -> Self {
+        Self {
+            request_id: request_id.into(),
+            method: "tools/call".to_owned(),
+            name: name.into(),
+            decision,
+            outcome,
+            args_digest,
+            detail: BTreeMap::new(),
+        }
+    }
+
     /// Adds a field to the record.
     #[must_use]
     pub fn with(mut self, key: &str, value: impl Into<Value>) -> Self {

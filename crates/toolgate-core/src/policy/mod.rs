@@ -195,20 +195,13 @@ pub struct Assessment {
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     Run,
+    /// A medium call that runs if the principal's budget of unattended medium calls has room, and
+    /// otherwise needs a person ([`Verdict::charged`]). The only action that spends budget, so a
+    /// call that will not run (blocked, gated with its switch off) never does.
+    ChargeBudget,
     RefuseWithDryRun,
     NeedsApproval,
     Deny,
-}
-
-/// The state a decision also depends on, read from the stores at call time.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Situation {
-    /// The kill switch is on: everything is blocked.
-    pub killswitch: bool,
-    /// The tool's gate variable is set to an enabling value.
-    pub gate_open: bool,
-    /// The principal is over its medium budget (only consulted for medium calls).
-    pub over_budget: bool,
 }
 
 /// The decision and the rule that made it.
@@ -218,6 +211,44 @@ pub struct Verdict {
     pub declared: Tier,
     pub tier: Tier,
     pub rule: String,
+}
+
+impl Verdict {
+    /// A [`Action::ChargeBudget`] verdict once the budget has answered: it runs when `within`,
+    /// else it needs a person under the rule `defaults.medium_budget`. Other verdicts are
+    /// returned as they are.
+    #[must_use]
+    pub fn charged(self, within: bool) -> Self {
+        match self.action {
+            Action::ChargeBudget if within => Self {
+                action: Action::Run,
+                ..self
+            },
+            Action::ChargeBudget => Self {
+                action: Action::NeedsApproval,
+                tier: Tier::High,
+                rule: "defaults.medium_budget".to_owned(),
+                ..self
+            },
+            _ => self,
+        }
+    }
+}
+
+/// Binds an approval to exactly this call: who, what, with which arguments, under which policy.
+#[must_use]
+pub fn fingerprint(
+    principal: &Principal,
+    tool: &str,
+    arguments: &Map<String, Value>,
+    policy_sha256: &str,
+) -> String {
+    crate::canonical::digest(&serde_json::json!({
+        "principal": principal.sub,
+        "tool": tool,
+        "arguments": arguments,
+        "policy_sha256": policy_sha256,
+    }))
 }
 
 impl Policy {
@@ -514,35 +545,37 @@ impl Policy {
         }
     }
 
-    /// The decision for an assessed call in the current situation. Order: kill switch, blocked,
-    /// gate switch, medium budget, approval.
+    /// The decision for an assessed call, in DESIGN.md §1's order: blocked, gate switch, then
+    /// approval or the medium budget. The kill switch is not here: it is read from a store before
+    /// anything else, by the corridor's first step, and refuses the call outright.
     #[must_use]
-    pub fn decide(&self, tool: &str, assessment: &Assessment, situation: Situation) -> Verdict {
+    pub fn decide(&self, tool: &str, assessment: &Assessment, gate_open: bool) -> Verdict {
         let verdict = |action, tier, rule: String| Verdict {
             action,
             declared: assessment.declared,
             tier,
             rule,
         };
-        if situation.killswitch {
-            return verdict(Action::Deny, Tier::Blocked, "killswitch".to_owned());
-        }
         let gated = self.tools.get(tool).is_some_and(|r| r.gated);
         match assessment.tier {
             Tier::Blocked => verdict(Action::Deny, Tier::Blocked, assessment.rule.clone()),
-            _ if gated && !situation.gate_open => verdict(
+            _ if gated && !gate_open => verdict(
                 Action::RefuseWithDryRun,
                 assessment.tier,
                 format!("tools.{tool}.gated"),
             ),
-            Tier::Medium if situation.over_budget => verdict(
-                Action::NeedsApproval,
-                Tier::High,
-                "defaults.medium_budget".to_owned(),
-            ),
+            Tier::Medium => verdict(Action::ChargeBudget, Tier::Medium, assessment.rule.clone()),
             Tier::High => verdict(Action::NeedsApproval, Tier::High, assessment.rule.clone()),
-            tier => verdict(Action::Run, tier, assessment.rule.clone()),
+            Tier::Low => verdict(Action::Run, Tier::Low, assessment.rule.clone()),
         }
+    }
+
+    /// The tool's timeout: its own, else the default.
+    #[must_use]
+    pub fn timeout(&self, tool: &str) -> Duration {
+        self.rule(tool)
+            .and_then(|r| r.timeout)
+            .unwrap_or(self.defaults.timeout)
     }
 
     /// Checks the policy against the tools really served: `tools` maps each tool name to its

@@ -163,60 +163,67 @@ fn a_condition_that_cannot_be_decided_escalates() {
 }
 
 #[test]
-fn decisions_follow_killswitch_blocked_gate_budget_approval() {
+fn decisions_follow_blocked_gate_budget_approval() {
     let policy = orders();
-    let decide = |tool: &str, a: Value, s: Situation| {
+    let decide = |tool: &str, a: Value, gate_open: bool| {
         let assessment = policy.assess(tool, &args(a), &alice());
-        policy.decide(tool, &assessment, s)
+        policy.decide(tool, &assessment, gate_open)
     };
-    let open = Situation::default();
-    assert_eq!(decide("lookup_order", json!({}), open).action, Action::Run);
+    assert_eq!(decide("lookup_order", json!({}), false).action, Action::Run);
     let refund = json!({"order_id": "o1", "amount": 5});
-    assert_eq!(decide("refund", refund.clone(), open).action, Action::Run);
-    let over = Situation {
-        over_budget: true,
-        ..open
-    };
-    let v = decide("refund", refund.clone(), over);
+    let v = decide("refund", refund.clone(), false);
+    assert_eq!(v.action, Action::ChargeBudget);
+    assert_eq!(v.clone().charged(true).action, Action::Run);
+    let over = v.charged(false);
     assert_eq!(
-        (v.action, v.tier, v.rule.as_str()),
+        (over.action, over.tier, over.rule.as_str()),
         (Action::NeedsApproval, Tier::High, "defaults.medium_budget")
     );
     assert_eq!(
-        decide("refund", json!({"order_id": "o1", "amount": 500}), open).action,
+        decide("refund", json!({"order_id": "o1", "amount": 500}), false).action,
         Action::NeedsApproval
     );
     assert_eq!(
-        decide("delete_customer", json!({}), open).action,
+        decide("delete_customer", json!({}), true).action,
         Action::Deny
     );
     assert!(!policy.visible("delete_customer"));
-    let v = decide("delete_note", json!({}), open);
+    let v = decide("delete_note", json!({}), false);
     assert_eq!(
         (v.action, v.rule.as_str()),
         (Action::RefuseWithDryRun, "tools.delete_note.gated")
     );
-    let gate_open = Situation {
-        gate_open: true,
-        ..open
-    };
+    assert_eq!(decide("delete_note", json!({}), true).action, Action::Run);
+}
+
+#[test]
+fn a_gated_medium_call_with_its_switch_off_charges_no_budget() {
+    // policies/filesystem.toml's edit_file: medium and gated. Only `ChargeBudget` spends budget,
+    // and a call answered with a dry run never gets it.
+    let policy = Policy::from_bytes(
+        b"version = 2\nname = \"fs\"\n[tools.edit_file]\ntier = \"medium\"\ngated = true\n",
+    )
+    .unwrap();
+    let assessment = policy.assess("edit_file", &args(json!({})), &alice());
+    let shut = policy.decide("edit_file", &assessment, false);
+    assert_eq!(shut.action, Action::RefuseWithDryRun);
     assert_eq!(
-        decide("delete_note", json!({}), gate_open).action,
-        Action::Run
+        shut.clone().charged(false),
+        shut,
+        "charging only applies to ChargeBudget"
     );
-    let killed = Situation {
-        killswitch: true,
-        gate_open: true,
-        ..open
-    };
-    for tool in ["lookup_order", "refund", "delete_note"] {
-        let v = decide(tool, json!({"order_id": "o1", "amount": 1}), killed);
-        assert_eq!(
-            (v.action, v.rule.as_str()),
-            (Action::Deny, "killswitch"),
-            "{tool}"
-        );
-    }
+    let open = policy.decide("edit_file", &assessment, true);
+    assert_eq!(open.action, Action::ChargeBudget);
+    // A blocked call never charges either, whatever its declared tier.
+    let blocked = Policy::from_bytes(
+        b"version = 2\n[tools.wipe]\ntier = \"medium\"\nescalate = [{ when = \"true\", tier = \"blocked\" }]\n",
+    )
+    .unwrap();
+    let assessment = blocked.assess("wipe", &args(json!({})), &alice());
+    assert_eq!(
+        blocked.decide("wipe", &assessment, true).action,
+        Action::Deny
+    );
 }
 
 #[test]

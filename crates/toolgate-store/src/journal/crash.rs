@@ -15,6 +15,26 @@ pub(crate) const TORN_AUDIT: &str = "journal.torn_audit";
 /// Everything durable, no caller told yet: the answer never leaves.
 pub(crate) const BEFORE_ANSWER: &str = "journal.before_answer";
 
+/// The audit file's sync fails (as `fdatasync` does on EIO): not a crash, an error the writer
+/// must survive by refusing everything after it.
+pub(crate) const AUDIT_SYNC_FAILS: &str = "journal.audit_sync_fails";
+
+/// An injected I/O error at `name` when armed (e.g. `FAILPOINTS=journal.audit_sync_fails=1*off->return`
+/// lets the first sync through and fails the second).
+#[cfg(feature = "failpoints")]
+pub(crate) fn io_error(name: &str) -> std::io::Result<()> {
+    match fail::eval(name, |_| std::io::Error::other("injected I/O error")) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub(crate) fn io_error(_name: &str) -> std::io::Result<()> {
+    Ok(())
+}
+
 /// Stops at `name` when armed. `partial` runs first (used to leave a torn write behind).
 #[cfg(feature = "failpoints")]
 pub(crate) fn point(name: &str, partial: impl FnOnce()) {

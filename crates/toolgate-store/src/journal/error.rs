@@ -24,7 +24,9 @@ pub enum JournalError {
     },
     #[error("journal write failed while this record was being committed; its outcome is unknown")]
     WriteFailed,
-    #[error("journal stopped after an earlier write failure; restart to recover")]
+    #[error(
+        "the audit journal stopped after a write or sync failed; restart the server to recover"
+    )]
     Poisoned,
     #[error("journal writer has shut down")]
     Closed,

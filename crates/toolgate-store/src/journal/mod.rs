@@ -84,6 +84,8 @@ pub(crate) struct Counters {
     pub(crate) records: AtomicU64,
     pub(crate) syncs: AtomicU64,
     pub(crate) batches: AtomicU64,
+    /// Set once a write or sync failed: the writer refuses everything after it.
+    pub(crate) failed: std::sync::atomic::AtomicBool,
 }
 
 /// What [`Journal::open`] repaired, for the log line that says so.
@@ -256,6 +258,14 @@ impl Journal {
             syncs: c.syncs.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether a write or sync failed since open. After a failed fsync the kernel may have dropped
+    /// the dirty pages, so nothing later can be trusted to be on disk: the journal refuses every
+    /// record until the process is restarted, and callers refuse calls up front.
+    #[must_use]
+    pub fn failed(&self) -> bool {
+        self.inner.counters.failed.load(Ordering::Acquire)
     }
 
     /// Path of the audit log.

@@ -184,8 +184,9 @@ impl Writer {
             }
         }
         if let Err(error) = self.write(&wal, &audit, audit_needs_sync) {
-            tracing::error!(error = %error, "journal write failed; refusing every later request");
+            tracing::error!(error = %error, "journal write failed; every later call is refused until the server is restarted");
             self.poisoned = true;
+            self.counters.failed.store(true, Ordering::Release);
             self.chain = start_head;
             for reply in replies {
                 reply.fail(|| JournalError::WriteFailed);
@@ -247,8 +248,8 @@ impl Writer {
                 .write_all(audit)
                 .map_err(JournalError::io("cannot append to", audit_path))?;
             if audit_needs_sync && self.sync_audit {
-                audit_file
-                    .sync_data()
+                crash::io_error(crash::AUDIT_SYNC_FAILS)
+                    .and_then(|()| audit_file.sync_data())
                     .map_err(JournalError::io("cannot sync", audit_path))?;
                 self.counters.syncs.fetch_add(1, Ordering::Relaxed);
             }

@@ -194,7 +194,8 @@ impl Inner {
                     )
                     .with("upstream", upstream.as_str())
                     .with("reason", reason.as_str());
-                self.gate.record(event).await;
+                // The tool is withheld whether or not this lands; `record` logs a failure.
+                let _ = self.gate.record(event).await;
             }
             catalog.withhold(&name, rule, reason);
         }

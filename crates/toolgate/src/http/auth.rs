@@ -284,7 +284,7 @@ impl Verifier {
     }
 
     fn remember(&self, digest: [u8; 32], principal: Principal, exp: u64) {
-        let now = u64::try_from(crate::server::now_ms() / 1000).unwrap_or(0);
+        let now = u64::try_from(toolgate_core::time::now_ms() / 1000).unwrap_or(0);
         let left = Duration::from_secs(exp.saturating_sub(now));
         let until = Instant::now() + left.min(CACHE_MAX_AGE);
         let mut cache = crate::lock(&self.cache);

@@ -1,17 +1,11 @@
-//! The gated MCP server: the rmcp `ServerHandler` that walks every `tools/call` through the corridor.
+//! The gated MCP server: the rmcp `ServerHandler` in front of a toolset.
 //!
-//! Steps here (DESIGN.md §1): identify, visibility (hidden tools are listed nowhere and refused with
-//! -32602, audited `deny / not_executed`), the policy's argument rules (same answer), then the
-//! toolset's handler, which validates its arguments, repeats the policy check and makes its effect and
-//! audit record durable before it answers. Protocol eras are rmcp's: `server/discover`, per-request
-//! `_meta`, `resultType`, -32022 and the `initialize` handshake all come from the SDK; this type
-//! narrows the version list on purpose and names itself in `serverInfo`.
+//! It identifies the caller (the token's principal on HTTP), lists only the tools the caller may
+//! see, hands every `tools/call` to the corridor (`crate::corridor`, DESIGN.md §1) and passes
+//! prompts and resources through under policy. Protocol eras are rmcp's: `server/discover`,
+//! per-request `_meta`, `resultType`, -32022 and the `initialize` handshake all come from the SDK;
+//! this type narrows the version list on purpose and names itself in `serverInfo`.
 
-mod approval;
-mod corridor;
-mod execute;
-mod gate;
-mod limits;
 mod resolutions;
 
 use std::borrow::Cow;
@@ -25,13 +19,14 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
-use toolgate_core::audit::{Decision, Event, Outcome};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::audit::{Decision, Outcome};
 use toolgate_core::principal::Principal;
 
-pub use corridor::{fingerprint, now_ms, rfc3339};
-pub use gate::{Gate, request_label};
-pub use limits::RateLimits;
 pub use resolutions::audit_resolutions;
+
+use crate::corridor::{CallState, Corridor, from_upstream};
+pub use crate::corridor::{Gate, RateLimits, request_label};
 
 use crate::toolset::{PassFuture, Passthrough, Toolset};
 
@@ -50,6 +45,9 @@ pub struct GateServer {
     gate: Gate,
     toolset: Arc<dyn Toolset>,
     inflight: crate::stdio::InFlight,
+    /// Cancelled when the server stops taking calls (a signal, or stdin closed): calls held for a
+    /// person answer pending at once instead of holding the shutdown up.
+    shutdown: CancellationToken,
 }
 
 impl GateServer {
@@ -60,7 +58,14 @@ impl GateServer {
             gate,
             toolset,
             inflight: crate::stdio::InFlight::default(),
+            shutdown: CancellationToken::new(),
         }
+    }
+
+    /// The token that, once cancelled, makes held calls answer pending at once.
+    #[must_use]
+    pub fn shutdown(&self) -> CancellationToken {
+        self.shutdown.clone()
     }
 
     /// Counter of calls being served, which the stdio transport waits on at EOF.
@@ -143,7 +148,9 @@ impl GateServer {
             Outcome::NotExecuted,
             "scope",
         );
-        gate.record(from_upstream(event, self.toolset.origin(tool).as_deref()))
+        // The 403 goes out whatever happens here; a lost record is logged by `record`.
+        let _ = gate
+            .record(from_upstream(event, self.toolset.origin(tool).as_deref()))
             .await;
     }
 
@@ -327,8 +334,15 @@ impl ServerHandler for GateServer {
         let _guard = self.inflight.enter();
         let arguments = request.arguments.unwrap_or_default();
         let gate = self.gate_for(&context);
-        let corridor = corridor::Corridor::new(&gate, self.toolset.as_ref(), &request.name);
-        let mut result = corridor.call(&request.name, arguments, &context).await?;
+        let corridor = Corridor::new(&gate, self.toolset.as_ref(), &request.name);
+        let call = CallState::new(
+            &request.name,
+            arguments,
+            context.ct.clone(),
+            self.shutdown.clone(),
+        )
+        .with_peer(context.peer.clone(), context.meta.get_progress_token());
+        let mut result = corridor.call(call).await?;
         if is_modern(&context) {
             // Ours joins what the result carries (the gate's replay and untrusted marks).
             let mut meta = result.meta.take().unwrap_or_default();
@@ -360,7 +374,8 @@ impl GateServer {
             gate.record(event)
         };
         let Some(pass) = self.toolset.passthrough().filter(|_| allowed) else {
-            audit(Decision::Deny, Outcome::NotExecuted).await;
+            // Refused either way; a lost record is logged by `record`.
+            let _ = audit(Decision::Deny, Outcome::NotExecuted).await;
             return Err(ErrorData::invalid_params(
                 format!("{what} not found: {name}"),
                 None,
@@ -372,11 +387,8 @@ impl GateServer {
         } else {
             Outcome::Failed
         };
-        if !audit(Decision::Allow, outcome).await {
-            return Err(ErrorData::internal_error(
-                "the audit log is unavailable",
-                None,
-            ));
+        if let Err(unavailable) = audit(Decision::Allow, outcome).await {
+            return Err(ErrorData::internal_error(unavailable.to_string(), None));
         }
         result.map_err(|e| self.unavailable(&e))
     }
@@ -386,14 +398,6 @@ impl GateServer {
         let why = self.gate.redactor().redact(why).into_owned();
         tracing::warn!(reason = %why, "pass-through request failed");
         ErrorData::internal_error(why, None)
-    }
-}
-
-/// `event`, naming the upstream whose tool it is about (the gateway's records), if any.
-fn from_upstream(event: Event, upstream: Option<&str>) -> Event {
-    match upstream {
-        Some(upstream) => event.with("upstream", upstream),
-        None => event,
     }
 }
 

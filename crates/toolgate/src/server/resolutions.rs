@@ -13,7 +13,9 @@ use serde_json::Value;
 use toolgate_core::audit::{Decision, Event, Outcome};
 use toolgate_store::approval::Status;
 
-use super::{Gate, now_ms};
+use toolgate_core::time::now_ms;
+
+use super::Gate;
 
 /// How often decided approvals are looked for.
 const EVERY: Duration = Duration::from_millis(500);
@@ -54,7 +56,7 @@ pub async fn audit_resolutions(gate: Gate) {
             )
             .with("rule", "killswitch")
             .with("policy_sha256", gate.policy().sha256());
-            if gate.record(event).await {
+            if gate.record(event).await.is_ok() {
                 switch = Some(now);
             }
         }
@@ -92,7 +94,7 @@ pub async fn audit_resolutions(gate: Gate) {
                     .with("requester", row.requester.as_str())
                     .with("policy_sha256", row.policy_sha256.as_str())
                     .with("rule", "approval");
-                    if gate.record(event).await
+                    if gate.record(event).await.is_ok()
                         && let Err(error) = store.mark_resolution_audited(&row.id).await
                     {
                         tracing::error!(error = %error, approval = %row.id, "resolution audited but not marked; it may be recorded twice");

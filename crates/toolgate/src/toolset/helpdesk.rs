@@ -32,7 +32,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -40,7 +39,7 @@ use serde_json::{Map, Value, json};
 
 use super::notes::{sync_dir, utc_timestamp};
 use super::{Call, CallError, CallFuture, Catalog, Toolset};
-use crate::outcome;
+use crate::corridor::answer;
 
 const NOTES_FILE: &str = "notes.jsonl";
 
@@ -161,7 +160,7 @@ impl HelpdeskError {
     /// An `isError` result the model can act on, or the [`CallError`] the gate words and audits.
     fn into_answer(self) -> Result<CallToolResult, CallError> {
         match self {
-            Self::InvalidArgs { .. } => Ok(outcome::tool_error(
+            Self::InvalidArgs { .. } => Ok(answer::refusal(
                 self.to_string(),
                 json!({"status": "invalid_args"}),
             )),
@@ -304,7 +303,7 @@ impl Helpdesk {
                 }),
             "get_ticket" => parse::<TicketArgs>(name, arguments)
                 .and_then(|a| self.get(sub, &a.id))
-                .map(outcome::success),
+                .map(answer::success),
             "add_internal_note" => parse::<NoteArgs>(name, arguments)
                 .and_then(|a| self.add_note(sub, &a.id, &a.note))
                 .map(|(note_id, ticket_id)| {
@@ -313,10 +312,7 @@ impl Helpdesk {
                     ))])
                 }),
             other => {
-                return Err(CallError::Refused(ErrorData::invalid_params(
-                    format!("tool denied: {other}"),
-                    None,
-                )));
+                return Err(CallError::unknown(other));
             }
         };
         result.or_else(HelpdeskError::into_answer)
@@ -420,7 +416,7 @@ impl Toolset for Helpdesk {
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
-            call.gate.admit(call.name, &call.arguments, true).await?;
+            call.gate.admit(call.name, &call.arguments, true)?;
             self.dispatch(call.name, call.arguments, &call.principal.sub)
         })
     }

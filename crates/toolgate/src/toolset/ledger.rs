@@ -10,12 +10,12 @@ use std::sync::Arc;
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use toolgate_core::audit::{Decision, Outcome};
+use toolgate_core::audit::{Decision, Event, Outcome};
 use toolgate_store::journal::{JournalError, Note, NoteOutcome};
 
-use super::{Call, CallFuture, Catalog, Toolset};
-use crate::outcome;
-use crate::server::Gate;
+use super::{Call, CallError, CallFuture, Catalog, Toolset};
+use crate::corridor::answer;
+use crate::corridor::{AuditUnavailable, Gate, request_label};
 
 /// The seed's three tools.
 #[derive(Debug)]
@@ -84,115 +84,114 @@ impl Ledger {
         }
     }
 
-    async fn write_note(gate: &Gate, arguments: Map<String, Value>, rule: &str) -> CallResult {
-        gate.admit("write_note", &arguments, true).await?;
-        let args = Value::Object(arguments);
-        let call: WriteNote = match parse(gate, "write_note", &args).await {
-            Ok(call) => call,
-            Err(result) => return Ok(result),
+    async fn write_note(call: Call<'_>) -> CallResult {
+        let gate = call.gate;
+        gate.admit("write_note", &call.arguments, true)?;
+        let event = recorder(&call);
+        let note: WriteNote = match parse(call.arguments) {
+            Ok(note) => note,
+            Err(error) => return refuse_invalid(gate, "write_note", event, &error).await,
         };
-        let map = args.as_object().cloned().unwrap_or_default();
-        let event = gate.event(
-            "write_note",
-            &map,
-            Decision::Allow,
-            Outcome::Committed,
-            rule,
-        );
         let note = Note {
-            request_id: call.request_id,
-            text: call.text,
+            request_id: note.request_id,
+            text: note.text,
         };
         let request_id = note.request_id.clone();
+        let event = event(Decision::Allow, Outcome::Committed);
         Ok(match gate.journal().put_note(note, event).await {
             Ok((NoteOutcome::Committed, _)) => {
-                outcome::success(json!({"request_id": request_id, "status": "committed"}))
+                answer::success(json!({"request_id": request_id, "status": "committed"}))
             }
             Ok((NoteOutcome::Replay, _)) => {
-                outcome::success(json!({"request_id": request_id, "status": "replay"}))
+                answer::success(json!({"request_id": request_id, "status": "replay"}))
             }
-            Ok((NoteOutcome::Conflict, _)) => outcome::tool_error(
+            Ok((NoteOutcome::Conflict, _)) => answer::refusal(
                 format!(
                     "request_id {request_id:?} was already used with other text; nothing was written"
                 ),
                 json!({"request_id": request_id, "status": "conflict"}),
             ),
             Err(JournalError::WriteFailed) => {
-                outcome::in_doubt("write_note", "the audit journal failed while committing")
+                answer::in_doubt("write_note", "the audit journal failed while committing")
             }
             Err(error) => {
                 tracing::error!(error = %error, "write_note not executed: journal unavailable");
-                outcome::tool_error(
-                    "write_note not executed: the journal is unavailable",
-                    json!({}),
-                )
+                let why = AuditUnavailable::from(&error).to_string();
+                answer::not_run("write_note", "audit.unavailable", &why)
             }
         })
     }
 
-    async fn read_ledger(gate: &Gate, arguments: Map<String, Value>, rule: &str) -> CallResult {
-        gate.admit("read_ledger", &arguments, true).await?;
-        let args = Value::Object(arguments);
-        if let Err(result) = parse::<ReadLedger>(gate, "read_ledger", &args).await {
-            return Ok(result);
+    async fn read_ledger(call: Call<'_>) -> CallResult {
+        let gate = call.gate;
+        gate.admit("read_ledger", &call.arguments, true)?;
+        let event = recorder(&call);
+        if let Err(error) = parse::<ReadLedger>(call.arguments) {
+            return refuse_invalid(gate, "read_ledger", event, &error).await;
         }
         let notes = gate.journal().notes();
-        let map = args.as_object().cloned().unwrap_or_default();
-        let mut event = gate.event(
-            "read_ledger",
-            &map,
-            Decision::Allow,
-            Outcome::Observed,
-            rule,
-        );
+        let mut event = event(Decision::Allow, Outcome::Observed);
         // Seed 000 labels observations this way.
         event.request_id = "observe".to_owned();
-        if let Err(error) = gate.journal().record(event).await {
-            tracing::error!(error = %error, "read_ledger answer withheld: audit failed");
-            return Ok(outcome::audit_unavailable("read_ledger"));
+        if let Err(unavailable) = gate.record(event).await {
+            let why = unavailable.to_string();
+            return Ok(answer::not_run("read_ledger", "audit.unavailable", &why));
         }
-        Ok(outcome::success(json!({ "notes": notes })))
+        Ok(answer::success(json!({ "notes": notes })))
     }
 
-    async fn rm_rf(gate: &Gate, arguments: Map<String, Value>, rule: &str) -> CallResult {
-        gate.admit("rm_rf", &arguments, true).await?;
+    async fn rm_rf(call: Call<'_>) -> CallResult {
+        let gate = call.gate;
+        gate.admit("rm_rf", &call.arguments, true)?;
         // Only reached when a policy allows it: say plainly that nothing happened.
-        let args = Value::Object(arguments);
-        let map = args.as_object().cloned().unwrap_or_default();
-        let event = gate.event("rm_rf", &map, Decision::Allow, Outcome::Failed, rule);
-        if gate.journal().record(event).await.is_err() {
-            return Ok(outcome::audit_unavailable("rm_rf"));
+        let event = recorder(&call)(Decision::Allow, Outcome::Failed);
+        if let Err(unavailable) = gate.record(event).await {
+            let why = unavailable.to_string();
+            return Ok(answer::not_run("rm_rf", "audit.unavailable", &why));
         }
-        Ok(outcome::tool_error(
+        Ok(answer::refusal(
             "rm_rf is a demonstration tool and deleted nothing",
             json!({}),
         ))
     }
 }
 
-type CallResult = Result<CallToolResult, rmcp::ErrorData>;
+type CallResult = Result<CallToolResult, CallError>;
 
-/// Arguments into the handler's type; on failure the `isError` result to send, already audited
-/// `deny / invalid_args`.
-async fn parse<T: serde::de::DeserializeOwned>(
+/// Makes this call's audit events (the ledger records its own, with its effect), from the label
+/// and digest the corridor computed once.
+fn recorder<'c>(call: &Call<'c>) -> impl Fn(Decision, Outcome) -> Event + use<'c> {
+    let (gate, name, rule) = (call.gate, call.name, call.rule);
+    let label = request_label(&call.arguments);
+    let digest = call.args_digest.to_owned();
+    move |decision, outcome| {
+        gate.event_digested(name, label.clone(), digest.clone(), decision, outcome, rule)
+    }
+}
+
+/// Arguments into the handler's type.
+fn parse<T: serde::de::DeserializeOwned>(arguments: Map<String, Value>) -> serde_json::Result<T> {
+    serde_json::from_value(Value::Object(arguments))
+}
+
+/// Arguments the handler cannot take: audited `deny / invalid_args`, answered with the reason.
+async fn refuse_invalid(
     gate: &Gate,
     tool: &str,
-    args: &Value,
-) -> Result<T, CallToolResult> {
-    match T::deserialize(args) {
-        Ok(call) => Ok(call),
-        Err(error) => {
-            let map = args.as_object().cloned().unwrap_or_default();
-            let event = gate.event(tool, &map, Decision::Deny, Outcome::InvalidArgs, "schema");
-            if gate.journal().record(event).await.is_err() {
-                return Err(outcome::audit_unavailable(tool));
-            }
-            Err(outcome::tool_error(
-                format!("invalid arguments for {tool}: {error}"),
-                json!({"status": "invalid_args"}),
-            ))
-        }
+    event: impl Fn(Decision, Outcome) -> Event,
+    error: &serde_json::Error,
+) -> CallResult {
+    if let Err(unavailable) = gate
+        .record(event(Decision::Deny, Outcome::InvalidArgs))
+        .await
+    {
+        let why = unavailable.to_string();
+        return Ok(answer::not_run(tool, "audit.unavailable", &why));
     }
+    Ok(answer::refusal(
+        format!("invalid arguments for {tool}: {error}"),
+        json!({"status": "invalid_args"}),
+    ))
 }
 
 impl Toolset for Ledger {
@@ -202,23 +201,12 @@ impl Toolset for Ledger {
 
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
-            let Call {
-                gate,
-                name,
-                arguments,
-                rule,
-                ..
-            } = call;
-            let result = match name {
-                "write_note" => Self::write_note(gate, arguments, rule).await,
-                "read_ledger" => Self::read_ledger(gate, arguments, rule).await,
-                "rm_rf" => Self::rm_rf(gate, arguments, rule).await,
-                other => Err(rmcp::ErrorData::invalid_params(
-                    format!("tool denied: {other}"),
-                    None,
-                )),
-            };
-            Ok(result?)
+            match call.name {
+                "write_note" => Self::write_note(call).await,
+                "read_ledger" => Self::read_ledger(call).await,
+                "rm_rf" => Self::rm_rf(call).await,
+                other => Err(CallError::unknown(other)),
+            }
         })
     }
 

@@ -20,7 +20,7 @@ use rmcp::model::{
     CallToolResult, GetPromptRequestParams, GetPromptResult, ProgressToken, Prompt,
     ReadResourceRequestParams, ReadResourceResult, Resource,
 };
-use rmcp::{ErrorData, Peer, RoleServer};
+use rmcp::{Peer, RoleServer};
 use serde_json::{Map, Value};
 
 pub use catalog::{Catalog, Withheld};
@@ -31,9 +31,10 @@ pub use notes::Notes;
 pub use orders::Orders;
 
 use tokio_util::sync::CancellationToken;
+use toolgate_core::policy::Denial;
 use toolgate_core::principal::Principal;
 
-use crate::server::Gate;
+use crate::corridor::Gate;
 
 /// The future a toolset returns for one call.
 pub type CallFuture<'a> =
@@ -44,8 +45,9 @@ pub type CallFuture<'a> =
 #[derive(Debug)]
 pub enum CallError {
     /// Refused before anything was touched (a handler repeating the policy's check): answered
-    /// with this JSON-RPC error, audited `not_executed`.
-    Refused(ErrorData),
+    /// -32602 like the gate's own refusal, audited `deny / not_executed`. `visible`: the caller
+    /// may see the tool, so the answer may name the rule.
+    Refused { denial: Denial, visible: bool },
     /// The tool failed and says so; the reason reaches the model after redaction.
     Failed(String),
     /// Nothing was attempted: the tool's backend (an upstream server) is not there.
@@ -54,12 +56,16 @@ pub enum CallError {
     InDoubt(String),
 }
 
-impl From<ErrorData> for CallError {
-    fn from(error: ErrorData) -> Self {
-        if error.code == rmcp::model::ErrorCode::INVALID_PARAMS {
-            Self::Refused(error)
-        } else {
-            Self::Failed(error.message.into_owned())
+impl CallError {
+    /// A tool this toolset does not have: refused like any tool the caller cannot see.
+    #[must_use]
+    pub fn unknown(tool: &str) -> Self {
+        Self::Refused {
+            denial: Denial {
+                tool: tool.to_owned(),
+                rule: "unknown_tool".to_owned(),
+            },
+            visible: false,
         }
     }
 }
@@ -71,6 +77,9 @@ pub struct Call<'a> {
     pub name: &'a str,
     /// Already checked against the tool's schema and the policy's argument rules.
     pub arguments: Map<String, Value>,
+    /// SHA-256 of the canonical arguments (the audit records' `args_digest`), computed once by
+    /// the corridor for every record of the call.
+    pub args_digest: &'a str,
     pub principal: &'a Principal,
     /// The policy rule that let the call run, for the tool's own audit records.
     pub rule: &'a str,

@@ -20,14 +20,13 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::{Call, CallFuture, Catalog, DryRunFuture, Toolset};
-use crate::outcome;
+use super::{Call, CallError, CallFuture, Catalog, DryRunFuture, Toolset};
+use crate::corridor::answer;
 
 /// The schema's pattern for a note name; [`check_name`] enforces the same rule and more.
 const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
@@ -98,11 +97,13 @@ impl NotesError {
             Self::NotText { name } => json!({"status": "not_text", "name": name}),
             Self::Io { .. } => json!({"status": "io_error"}),
             // The file is gone from the directory; only its durability is unknown.
-            Self::Unsynced { name, .. } => {
-                json!({"status": "in_doubt", "name": name, "executed": "unknown"})
-            }
+            Self::Unsynced { name, .. } => json!({"status": "in_doubt", "name": name}),
         };
-        outcome::tool_error(self.to_string(), detail)
+        let executed = match self {
+            Self::Unsynced { .. } => answer::Executed::Unknown,
+            _ => answer::Executed::No,
+        };
+        answer::tool_error(self.to_string(), executed, detail)
     }
 }
 
@@ -200,7 +201,7 @@ impl Notes {
         &self,
         name: &str,
         arguments: Map<String, Value>,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResult, CallError> {
         let result = match name {
             "list_notes" => parse::<ListArgs>(name, arguments).map(|ListArgs {}| self.list()),
             "read_note" => parse::<NameArgs>(name, arguments).map(|args| self.read(&args.name)),
@@ -209,15 +210,10 @@ impl Notes {
                 self.search(&args.query, max)
             }),
             "delete_note" => parse::<NameArgs>(name, arguments).map(|args| self.delete(&args.name)),
-            other => {
-                return Err(ErrorData::invalid_params(
-                    format!("tool denied: {other}"),
-                    None,
-                ));
-            }
+            other => return Err(CallError::unknown(other)),
         };
         Ok(match result {
-            Ok(Ok(value)) => outcome::success(value),
+            Ok(Ok(value)) => answer::success(value),
             Ok(Err(error)) => error.into_result(),
             Err(invalid) => invalid,
         })
@@ -504,8 +500,8 @@ impl Toolset for Notes {
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
-            call.gate.admit(call.name, &call.arguments, true).await?;
-            Ok(self.dispatch(call.name, call.arguments)?)
+            call.gate.admit(call.name, &call.arguments, true)?;
+            self.dispatch(call.name, call.arguments)
         })
     }
 
@@ -631,7 +627,7 @@ fn parse<T: DeserializeOwned>(
     arguments: Map<String, Value>,
 ) -> Result<T, CallToolResult> {
     T::deserialize(Value::Object(arguments)).map_err(|error| {
-        outcome::tool_error(
+        answer::refusal(
             format!("invalid arguments for {tool}: {error}"),
             json!({"status": "invalid_args"}),
         )
@@ -721,7 +717,7 @@ pub(super) fn utc_timestamp(time: SystemTime) -> String {
             -whole - i64::from(before.subsec_nanos() % 1_000_000 > 0)
         }
     };
-    crate::server::rfc3339(ms)
+    toolgate_core::time::rfc3339(ms)
 }
 
 #[cfg(test)]

@@ -31,15 +31,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::notes::{sync_dir, utc_timestamp};
-use super::{Call, CallFuture, Catalog, DryRunFuture, Toolset};
-use crate::outcome;
+use super::{Call, CallError, CallFuture, Catalog, DryRunFuture, Toolset};
+use crate::corridor::answer;
 
 const FIXTURE_FILE: &str = "orders-fixture.json";
 
@@ -154,10 +153,14 @@ impl OrdersError {
                 json!({"status": "demonstration", "customer_id": customer_id, "deleted": 0})
             }
             Self::Unavailable { .. } => json!({"status": "unavailable"}),
-            // The line may or may not be on disk: "executed: false" would be a guess.
-            Self::InDoubt { .. } => json!({"status": "in_doubt", "executed": "unknown"}),
+            Self::InDoubt { .. } => json!({"status": "in_doubt"}),
         };
-        outcome::tool_error(self.to_string(), detail)
+        // The line may or may not be on disk: "executed: false" would be a guess.
+        let executed = match self {
+            Self::InDoubt { .. } => answer::Executed::Unknown,
+            _ => answer::Executed::No,
+        };
+        answer::tool_error(self.to_string(), executed, detail)
     }
 }
 
@@ -692,7 +695,7 @@ impl Orders {
         name: &str,
         arguments: Map<String, Value>,
         by: &str,
-    ) -> Result<CallToolResult, ErrorData> {
+    ) -> Result<CallToolResult, CallError> {
         let result = match name {
             "lookup_order" => {
                 parse::<OrderArgs>(name, arguments).map(|a| self.lookup_order(&a.order_id))
@@ -712,15 +715,10 @@ impl Orders {
             "request_refund" => parse::<RequestRefundArgs>(name, arguments).map(|a| {
                 self.request_refund(&a.order_id, a.amount, a.reason, a.note.as_deref(), by)
             }),
-            other => {
-                return Err(ErrorData::invalid_params(
-                    format!("tool denied: {other}"),
-                    None,
-                ));
-            }
+            other => return Err(CallError::unknown(other)),
         };
         Ok(match result {
-            Ok(Ok(value)) => outcome::success(value),
+            Ok(Ok(value)) => answer::success(value),
             Ok(Err(error)) => error.into_result(),
             Err(invalid) => invalid,
         })
@@ -886,8 +884,8 @@ impl Toolset for Orders {
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
-            call.gate.admit(call.name, &call.arguments, true).await?;
-            Ok(self.dispatch(call.name, call.arguments, &call.principal.sub)?)
+            call.gate.admit(call.name, &call.arguments, true)?;
+            self.dispatch(call.name, call.arguments, &call.principal.sub)
         })
     }
 
@@ -1284,7 +1282,7 @@ fn parse<T: DeserializeOwned>(
     arguments: Map<String, Value>,
 ) -> Result<T, CallToolResult> {
     T::deserialize(Value::Object(arguments)).map_err(|error| {
-        outcome::tool_error(
+        answer::refusal(
             format!("invalid arguments for {tool}: {error}"),
             json!({"status": "invalid_args"}),
         )

@@ -13,8 +13,8 @@ use std::io::BufReader as StdBufReader;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rmcp::ServiceExt;
 use rmcp::model::{CallToolResult, Tool};
-use rmcp::{ErrorData, ServiceExt};
 use serde_json::{Map, Value, json};
 use tempfile::TempDir;
 use tokio::io::{
@@ -23,13 +23,14 @@ use tokio::io::{
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolgate::GateServer;
-use toolgate::outcome;
-use toolgate::server::{Gate, now_ms};
-use toolgate::toolset::{Call, CallFuture, Catalog, DryRunFuture, Toolset};
+use toolgate::corridor::answer as outcome;
+use toolgate::server::Gate;
+use toolgate::toolset::{Call, CallError, CallFuture, Catalog, DryRunFuture, Toolset};
 use toolgate_core::policy::Policy;
 use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
 use toolgate_core::secret::Secret;
+use toolgate_core::time::now_ms;
 use toolgate_store::approval::{ApprovalStore, Status};
 use toolgate_store::journal::Journal;
 use toolgate_store::state::StateStore;
@@ -161,7 +162,7 @@ impl Bench {
         }
     }
 
-    async fn run(&self, call: Call<'_>) -> Result<CallToolResult, ErrorData> {
+    async fn run(&self, call: Call<'_>) -> Result<CallToolResult, CallError> {
         let probe = self.probe.as_ref();
         let args = &call.arguments;
         let text = |key: &str| args.get(key).and_then(Value::as_str).unwrap_or_default();
@@ -191,7 +192,7 @@ impl Bench {
                     }
                     () = cancelled => {
                         probe.log("sleepy", "cancelled");
-                        outcome::tool_error("sleepy was cancelled", json!({}))
+                        outcome::refusal("sleepy was cancelled", json!({}))
                     }
                 };
                 guard.armed = false;
@@ -216,16 +217,16 @@ impl Bench {
                     "upstream refused: Authorization: {BEARER}; stripe key {STRIPE}; vault said {REGISTERED}"
                 );
                 if args.get("raise").and_then(Value::as_bool) == Some(true) {
-                    Err(ErrorData::internal_error(message, None))
+                    Err(CallError::Failed(message))
                 } else {
-                    Ok(outcome::tool_error(message, json!({"status": "failed"})))
+                    Ok(outcome::refusal(message, json!({"status": "failed"})))
                 }
             }
             "pay" => {
                 probe.log("pay", "ran");
                 Ok(outcome::success(json!({"paid": args.get("amount")})))
             }
-            other => Ok(outcome::tool_error(format!("no tool {other}"), json!({}))),
+            other => Ok(outcome::refusal(format!("no tool {other}"), json!({}))),
         }
     }
 }
@@ -236,7 +237,7 @@ impl Toolset for Bench {
     }
 
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
-        Box::pin(async move { Ok(self.run(call).await?) })
+        Box::pin(self.run(call))
     }
 
     fn dry_run<'a>(&'a self, name: &'a str, arguments: &'a Map<String, Value>) -> DryRunFuture<'a> {
@@ -551,6 +552,16 @@ async fn a_tool_past_its_timeout_is_an_error_and_other_calls_keep_flowing() {
     assert_eq!(timed_out["isError"], true, "{reply}");
     assert!(text_of(timed_out).contains("timed out"), "{reply}");
     assert_eq!(timed_out["structuredContent"]["status"], "timeout");
+    // The handler started and was cut off: it may have done its work. "Not executed" would
+    // invite a retry of an effect that happened.
+    assert_eq!(
+        timed_out["structuredContent"]["executed"], "unknown",
+        "{reply}"
+    );
+    assert!(
+        text_of(timed_out).contains("outcome unknown: verify before retrying"),
+        "{reply}"
+    );
     assert!(
         elapsed >= Duration::from_millis(200) && elapsed < Duration::from_secs(1),
         "timed out after {elapsed:?}"
@@ -718,6 +729,48 @@ async fn a_gated_tool_with_its_switch_off_answers_with_the_tools_own_dry_run() {
         [("refuse".into(), "dry_run".into(), "tools.wipe.gated".into())]
     );
     assert_audit_sound(&h);
+}
+
+#[tokio::test]
+async fn a_gated_medium_tool_answered_with_its_dry_run_spends_no_budget() {
+    // policies/filesystem.toml's edit_file: medium and gated. A refusal runs nothing, so it
+    // must not use up the caller's unattended medium calls.
+    let text = policy("200ms", "1ms")
+        .replace("medium_budget = 5", "medium_budget = 1")
+        .replace(
+            "[tools.wipe]\ntier = \"low\"",
+            "[tools.wipe]\ntier = \"medium\"",
+        );
+    let mut h = start(&text, &[]).await;
+    for id in 1..=3 {
+        let reply = h
+            .conn
+            .exchange(id, "wipe", json!({"target": "/srv/data"}))
+            .await;
+        assert_eq!(
+            result(&reply)["structuredContent"]["status"],
+            "refused",
+            "{reply}"
+        );
+    }
+    assert!(!h.probe.saw("wipe:ran"));
+    // The one medium call of the budget is still there.
+    let state = StateStore::open(h.dir.path()).await.expect("state");
+    let window = 3_600_000;
+    assert!(
+        state
+            .charge_budget("local:test", 1, window, now_ms())
+            .await
+            .expect("budget"),
+        "a dry run charged the budget"
+    );
+    assert!(
+        !state
+            .charge_budget("local:test", 1, window, now_ms())
+            .await
+            .expect("budget"),
+        "the budget is one call"
+    );
 }
 
 #[tokio::test]

@@ -280,12 +280,9 @@ impl Toolset for Docs {
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
-            call.gate.admit(call.name, &call.arguments, true).await?;
+            call.gate.admit(call.name, &call.arguments, true)?;
             if call.name != "fetch_doc" {
-                return Err(CallError::Refused(rmcp::ErrorData::invalid_params(
-                    format!("tool denied: {}", call.name),
-                    None,
-                )));
+                return Err(CallError::unknown(call.name));
             }
             tokio::select! {
                 () = call.ct.cancelled() => Err(CallError::Failed("cancelled before the page arrived".to_owned())),

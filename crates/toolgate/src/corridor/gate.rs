@@ -7,19 +7,19 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use rmcp::ErrorData;
 use serde_json::{Map, Value};
 use toolgate_core::audit::{Decision, Event, Outcome};
+use toolgate_core::canonical;
 use toolgate_core::policy::{Denial, Policy};
 use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
 use toolgate_store::approval::ApprovalStore;
 use toolgate_store::idempotency::IdempotencyStore;
-use toolgate_store::journal::Journal;
+use toolgate_store::journal::{Journal, JournalError, Receipt};
 use toolgate_store::state::StateStore;
 
 use super::limits::RateLimits;
-use crate::outcome;
+use crate::toolset::CallError;
 
 /// Policy, stores and switches; cloned into every call.
 #[derive(Clone, Debug)]
@@ -156,25 +156,24 @@ impl Gate {
         self.open_gates.contains(&self.policy.gate_env(tool))
     }
 
-    /// Visibility and argument rules for a call. A refusal is audited `deny / not_executed` and
-    /// answered -32602; it stays a refusal even when the audit cannot be written (fail closed).
+    /// Visibility and argument rules for a call, for handlers that repeat the gate's check
+    /// (defence in depth, seed 000). Nothing is recorded here: the corridor records the refusal
+    /// once, as it records every answer.
     ///
     /// # Errors
-    /// The -32602 error to send instead of running anything.
-    pub async fn admit(
+    /// [`CallError::Refused`] with the denial, to return from the handler.
+    pub fn admit(
         &self,
         tool: &str,
         arguments: &Map<String, Value>,
         registered: bool,
-    ) -> Result<(), ErrorData> {
-        match self.admission(tool, arguments, registered) {
-            Ok(()) => Ok(()),
-            Err((denial, visible)) => Err(self.refuse(tool, arguments, denial, visible).await),
-        }
+    ) -> Result<(), CallError> {
+        self.admission(tool, arguments, registered)
+            .map_err(|(denial, visible)| CallError::Refused { denial, visible })
     }
 
-    /// The decision of [`Gate::admit`] without its audit record: the denial, and whether the tool
-    /// is visible to the caller (then the answer may name the rule).
+    /// The decision of [`Gate::admit`]: the denial, and whether the tool is visible to the caller
+    /// (then the answer may name the rule).
     ///
     /// # Errors
     /// The call is refused.
@@ -209,33 +208,6 @@ impl Gate {
         }
     }
 
-    /// Audits a refusal before dispatch and builds the -32602 answer.
-    pub async fn refuse(
-        &self,
-        tool: &str,
-        arguments: &Map<String, Value>,
-        denial: Denial,
-        visible: bool,
-    ) -> ErrorData {
-        let event = self.event(
-            tool,
-            arguments,
-            Decision::Deny,
-            Outcome::NotExecuted,
-            &denial.rule,
-        );
-        self.refuse_recorded(event, &denial, visible).await
-    }
-
-    /// Records `event` (a `deny / not_executed`) and builds the -32602 answer for `denial`.
-    pub async fn refuse_recorded(&self, event: Event, denial: &Denial, visible: bool) -> ErrorData {
-        if let Err(error) = self.journal.record(event).await {
-            tracing::error!(tool = %denial.tool, error = %error, "denial could not be audited; refusing anyway");
-        }
-        tracing::info!(tool = %denial.tool, rule = %denial.rule, "call denied before dispatch");
-        outcome::denied(denial, visible, self.policy.sha256())
-    }
-
     /// An audit event for a call to `tool`, naming the rule and the policy it was decided under.
     #[must_use]
     pub fn event(
@@ -246,30 +218,77 @@ impl Gate {
         outcome: Outcome,
         rule: &str,
     ) -> Event {
-        let event = Event::tool_call(
-            request_label(arguments),
+        self.event_digested(
             tool,
+            request_label(arguments),
+            canonical::digest_object(arguments),
             decision,
             outcome,
-            &Value::Object(arguments.clone()),
+            rule,
         )
-        .with("rule", rule)
-        .with("policy_sha256", self.policy.sha256())
-        .with("principal", self.principal.sub.as_str());
+    }
+
+    /// [`Gate::event`] with the arguments' digest computed once by the caller.
+    #[must_use]
+    pub fn event_digested(
+        &self,
+        tool: &str,
+        request_id: String,
+        args_digest: String,
+        decision: Decision,
+        outcome: Outcome,
+        rule: &str,
+    ) -> Event {
+        let event = Event::tool_call_digested(request_id, tool, decision, outcome, args_digest)
+            .with("rule", rule)
+            .with("policy_sha256", self.policy.sha256())
+            .with("principal", self.principal.sub.as_str());
         match &self.principal.client_id {
             Some(client) => event.with("client_id", client.as_str()),
             None => event,
         }
     }
 
-    /// Records `event`; on failure logs it and returns false (the caller decides what fails closed).
-    pub async fn record(&self, event: Event) -> bool {
-        match self.journal.record(event).await {
-            Ok(_) => true,
-            Err(error) => {
-                tracing::error!(error = %error, "audit record could not be written");
-                false
-            }
+    /// Records `event` durably. The result must be looked at: a record that could not be written
+    /// means the answer it was for must not be given as if it had been (fail closed).
+    ///
+    /// # Errors
+    /// The journal could not make the record durable; the error says whether only a restart
+    /// can bring it back.
+    #[must_use = "an unrecorded decision must not be answered as if it were recorded"]
+    pub async fn record(&self, event: Event) -> Result<Receipt, AuditUnavailable> {
+        self.journal.record(event).await.map_err(|error| {
+            tracing::error!(error = %error, "audit record could not be written");
+            AuditUnavailable::from(&error)
+        })
+    }
+
+    /// Whether the audit journal can still take records: after a failed write or sync it refuses
+    /// everything until the process restarts, so calls are refused before they run.
+    #[must_use]
+    pub fn audit_failed(&self) -> bool {
+        self.journal.failed()
+    }
+}
+
+/// The audit log did not take a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AuditUnavailable {
+    /// A write or sync failed; nothing is recorded until the server restarts.
+    #[error(
+        "the audit log is unavailable: a write or sync failed; the server refuses every call until it is restarted"
+    )]
+    NeedsRestart,
+    /// The journal could not be reached (shutting down).
+    #[error("the audit log is unavailable")]
+    Closed,
+}
+
+impl From<&JournalError> for AuditUnavailable {
+    fn from(error: &JournalError) -> Self {
+        match error {
+            JournalError::Closed => Self::Closed,
+            _ => Self::NeedsRestart,
         }
     }
 }

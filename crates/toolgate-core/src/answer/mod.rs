@@ -1,0 +1,458 @@
+//! The corridor's answer to one `tools/call` (DESIGN.md §4): one variant per row of the outcome table.
+//!
+//! Every step of the corridor ends a call with an [`Answer`] or lets it go on; nothing else decides
+//! what a call's outcome was. From the answer, and only from it, come the audit record's decision and
+//! outcome ([`Kind::audit`]), whether the effect happened ([`Kind::executed`]), the wire form
+//! ([`Kind::wire`]) and the words the model reads ([`Answer::message`]). The adapter (rmcp) turns an
+//! answer into bytes in one file; `toolgate policy explain` prints [`Kind::describe`]. Keeping the
+//! three facts in one value is what stops them contradicting each other: an `executed: false`
+//! beside a text that says "it may not have finished" cannot be written here.
+//!
+//! The tool's own result type is a parameter (`R`), so this module knows no MCP SDK type.
+
+use serde_json::{Map, Value, json};
+
+use crate::audit::{Decision, Outcome};
+use crate::policy::Denial;
+use crate::time::rfc3339;
+
+/// Whether the call's effect happened, as every error answer tells the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Executed {
+    /// Nothing ran: calling again is safe.
+    No,
+    /// It ran (and may have failed after doing something).
+    Yes,
+    /// It may have run: verify before retrying.
+    Unknown,
+}
+
+impl Executed {
+    /// `false`, `true` or `"unknown"`, as the structured content carries it.
+    #[must_use]
+    pub fn to_json(self) -> Value {
+        match self {
+            Self::No => Value::Bool(false),
+            Self::Yes => Value::Bool(true),
+            Self::Unknown => Value::String("unknown".to_owned()),
+        }
+    }
+}
+
+/// How an answer travels to the client.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wire {
+    /// A JSON-RPC error with this code (-32602: the tool does not exist for the caller, or a policy
+    /// argument rule refused the call).
+    RpcError(i32),
+    /// A result with `isError: true`, the reason as text and in structured content with `executed`.
+    ErrorResult,
+    /// The tool's own result.
+    Result,
+    /// No response (the client cancelled; the protocol says not to answer).
+    NoResponse,
+}
+
+/// JSON-RPC "invalid params".
+pub const INVALID_PARAMS: i32 = -32602;
+
+/// A call held for a person: what the pending answer tells the caller.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub approval_id: String,
+    /// Unix milliseconds after which the request expires (expiry is denial).
+    pub expires_at_ms: i64,
+    pub tier: String,
+    pub reason: String,
+    pub policy_sha256: String,
+}
+
+/// A person's "no", or nobody's answer in time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PersonRefusal {
+    pub approval_id: String,
+    /// True when nobody decided before the request expired.
+    pub expired: bool,
+    pub decided_by: Option<String>,
+    pub reason: Option<String>,
+    pub policy_sha256: String,
+}
+
+/// What a call came to. `R` is the tool's own result (the adapter's result type).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer<R> {
+    /// The tool does not exist for this caller (hidden, denied, blocked, unknown, withheld, the kill
+    /// switch), or a policy argument rule refused the call. `visible`: the caller may see the tool,
+    /// so the answer may name the rule.
+    Denied { denial: Denial, visible: bool },
+    /// The arguments do not fit the tool's schema (or a business check the model can correct).
+    Invalid { rule: String, reason: String },
+    /// The caller's bucket for this tool is empty.
+    RateLimited { retry_after_s: u64 },
+    /// A gated tool whose switch is off: what it would have done.
+    DryRun {
+        rule: String,
+        gate_env: String,
+        preview: Value,
+    },
+    /// Waiting for a person.
+    Pending(Pending),
+    /// A person denied the call, or nobody decided in time.
+    RefusedByPerson(PersonRefusal),
+    /// The tool ran; its result.
+    Ran(R),
+    /// The stored result of an earlier run with the same key (or approval); nothing ran again.
+    Replay(R),
+    /// The tool ran and answered with an error of its own (passed on, redacted).
+    ToolError(R),
+    /// The tool ran and failed; the reason in words (redacted).
+    Failed { reason: String },
+    /// The idempotency key was used before with other arguments; nothing ran.
+    Conflict { key: String, rule: String },
+    /// The effect may or may not have happened.
+    InDoubt { why: String },
+    /// The handler started and did not finish within its timeout: it may have had an effect.
+    Timeout { after_ms: u64 },
+    /// Another copy of this call holds its idempotency key and has not finished.
+    InFlight { key: String },
+    /// The client cancelled the call.
+    Cancelled,
+    /// Not run because something the call needs cannot answer (a store, the audit log, an
+    /// upstream); nothing was attempted.
+    NotRun { rule: String, why: String },
+}
+
+/// An [`Answer`] without its payload: what the table of DESIGN.md §4 is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Denied,
+    Invalid,
+    RateLimited,
+    DryRun,
+    Pending,
+    DeniedByPerson,
+    Expired,
+    Ran,
+    Replay,
+    ToolError,
+    Failed,
+    Conflict,
+    InDoubt,
+    Timeout,
+    InFlight,
+    Cancelled,
+    NotRun,
+}
+
+impl Kind {
+    /// Every kind, for tables and tests.
+    pub const ALL: [Kind; 17] = [
+        Kind::Denied,
+        Kind::Invalid,
+        Kind::RateLimited,
+        Kind::DryRun,
+        Kind::Pending,
+        Kind::DeniedByPerson,
+        Kind::Expired,
+        Kind::Ran,
+        Kind::Replay,
+        Kind::ToolError,
+        Kind::Failed,
+        Kind::Conflict,
+        Kind::InDoubt,
+        Kind::Timeout,
+        Kind::InFlight,
+        Kind::Cancelled,
+        Kind::NotRun,
+    ];
+
+    /// The audit record's decision and outcome.
+    #[must_use]
+    pub fn audit(self) -> (Decision, Outcome) {
+        match self {
+            Self::Denied | Self::NotRun | Self::InFlight => (Decision::Deny, Outcome::NotExecuted),
+            Self::Invalid => (Decision::Deny, Outcome::InvalidArgs),
+            Self::RateLimited => (Decision::Deny, Outcome::RateLimited),
+            Self::Conflict => (Decision::Deny, Outcome::Conflict),
+            Self::DryRun => (Decision::Refuse, Outcome::DryRun),
+            Self::Pending => (Decision::Approval, Outcome::Requested),
+            Self::DeniedByPerson => (Decision::Approval, Outcome::Denied),
+            Self::Expired => (Decision::Approval, Outcome::Expired),
+            Self::Ran => (Decision::Allow, Outcome::Committed),
+            Self::Replay => (Decision::Allow, Outcome::Replay),
+            Self::ToolError | Self::Failed => (Decision::Allow, Outcome::Failed),
+            Self::InDoubt => (Decision::Allow, Outcome::InDoubt),
+            Self::Timeout => (Decision::Allow, Outcome::Timeout),
+            Self::Cancelled => (Decision::Allow, Outcome::Cancelled),
+        }
+    }
+
+    /// Whether the effect happened. A mutation cut off after its handler started is `Unknown`,
+    /// never `No`: a model told "not executed" retries a payment that went through.
+    #[must_use]
+    pub fn executed(self) -> Executed {
+        match self {
+            Self::Denied
+            | Self::Invalid
+            | Self::RateLimited
+            | Self::DryRun
+            | Self::Pending
+            | Self::DeniedByPerson
+            | Self::Expired
+            | Self::Conflict
+            | Self::NotRun => Executed::No,
+            Self::Ran | Self::ToolError | Self::Failed => Executed::Yes,
+            // A replay ran once, earlier; this call did nothing new, and says so in its status.
+            Self::Replay => Executed::Yes,
+            // Another copy of the call holds the key and may be mid-effect; a cancelled handler
+            // may have done its work before it noticed.
+            Self::InDoubt | Self::Timeout | Self::InFlight | Self::Cancelled => Executed::Unknown,
+        }
+    }
+
+    /// How the answer travels.
+    #[must_use]
+    pub fn wire(self) -> Wire {
+        match self {
+            Self::Denied => Wire::RpcError(INVALID_PARAMS),
+            Self::Ran | Self::Replay | Self::ToolError => Wire::Result,
+            Self::Cancelled => Wire::NoResponse,
+            _ => Wire::ErrorResult,
+        }
+    }
+
+    /// The `status` an error answer carries in its structured content.
+    #[must_use]
+    pub fn status(self) -> &'static str {
+        match self {
+            Self::Denied => "denied",
+            Self::Invalid => "invalid_args",
+            Self::RateLimited => "rate_limited",
+            Self::DryRun => "refused",
+            Self::Pending => "pending_approval",
+            Self::DeniedByPerson => "denied",
+            Self::Expired => "expired",
+            Self::Ran => "committed",
+            Self::Replay => "replay",
+            Self::ToolError | Self::Failed => "failed",
+            Self::Conflict => "conflict",
+            Self::InDoubt => "in_doubt",
+            Self::Timeout => "timeout",
+            Self::InFlight => "in_flight",
+            Self::Cancelled => "cancelled",
+            Self::NotRun => "not_run",
+        }
+    }
+
+    /// One line for a person: what the client gets (`toolgate policy explain` prints it).
+    #[must_use]
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Denied => "refused with JSON-RPC error -32602 before anything runs",
+            Self::Invalid => "an isError result naming the invalid arguments; nothing runs",
+            Self::RateLimited => {
+                "an isError result: rate limit reached, retry after N s; nothing runs"
+            }
+            Self::DryRun => {
+                "an isError result with the dry run and how to enable the tool; nothing runs"
+            }
+            Self::Pending => {
+                "waits for a person's approval: held open for a bounded time, then a pending answer with the approval id"
+            }
+            Self::DeniedByPerson | Self::Expired => {
+                "an isError result: do not retry this action, tell the user it needs a person"
+            }
+            Self::Ran => "runs: the tool's result",
+            Self::Replay => "the stored result of the first run, marked replay; nothing runs again",
+            Self::ToolError | Self::Failed => {
+                "runs and failed: an isError result with the real reason"
+            }
+            Self::Conflict => {
+                "an isError result: the idempotency key was used with other arguments"
+            }
+            Self::InDoubt | Self::Timeout => {
+                "an isError result: outcome unknown, verify before retrying"
+            }
+            Self::InFlight => "an isError result: the same call is still running, call again later",
+            Self::Cancelled => "no response (cancelled by the client)",
+            Self::NotRun => "an isError result: not run because a store it needs cannot answer",
+        }
+    }
+}
+
+impl<R> Answer<R> {
+    #[must_use]
+    pub fn kind(&self) -> Kind {
+        match self {
+            Self::Denied { .. } => Kind::Denied,
+            Self::Invalid { .. } => Kind::Invalid,
+            Self::RateLimited { .. } => Kind::RateLimited,
+            Self::DryRun { .. } => Kind::DryRun,
+            Self::Pending(_) => Kind::Pending,
+            Self::RefusedByPerson(refusal) if refusal.expired => Kind::Expired,
+            Self::RefusedByPerson(_) => Kind::DeniedByPerson,
+            Self::Ran(_) => Kind::Ran,
+            Self::Replay(_) => Kind::Replay,
+            Self::ToolError(_) => Kind::ToolError,
+            Self::Failed { .. } => Kind::Failed,
+            Self::Conflict { .. } => Kind::Conflict,
+            Self::InDoubt { .. } => Kind::InDoubt,
+            Self::Timeout { .. } => Kind::Timeout,
+            Self::InFlight { .. } => Kind::InFlight,
+            Self::Cancelled => Kind::Cancelled,
+            Self::NotRun { .. } => Kind::NotRun,
+        }
+    }
+
+    /// The rule to record for this answer, when the answer itself names one.
+    #[must_use]
+    pub fn rule(&self) -> Option<&str> {
+        match self {
+            Self::Denied { denial, .. } => Some(&denial.rule),
+            Self::Invalid { rule, .. }
+            | Self::DryRun { rule, .. }
+            | Self::Conflict { rule, .. }
+            | Self::NotRun { rule, .. } => Some(rule),
+            Self::RateLimited { .. } => Some("rate_limit"),
+            Self::RefusedByPerson(_) => Some("approval"),
+            Self::InFlight { .. } => Some("idempotency.in_flight"),
+            _ => None,
+        }
+    }
+
+    /// The text the model reads, for every answer that is not the tool's own result (`None` for
+    /// those and for a cancelled call).
+    #[must_use]
+    pub fn message(&self, tool: &str) -> Option<String> {
+        Some(match self {
+            Self::Denied {
+                denial,
+                visible: true,
+            } => {
+                format!("tool denied: {} (policy rule {})", denial.tool, denial.rule)
+            }
+            Self::Denied { denial, .. } => format!("tool denied: {}", denial.tool),
+            Self::Invalid { reason, .. } | Self::Failed { reason } => reason.clone(),
+            Self::RateLimited { retry_after_s } => {
+                format!("rate limit reached, retry after {retry_after_s} s")
+            }
+            Self::DryRun { gate_env, .. } => format!(
+                "{tool} is gated: it stays off until {gate_env} is set in the server's environment. Nothing was done. Dry run attached."
+            ),
+            Self::Pending(pending) => format!(
+                "{tool} needs a person's approval: approval {} pending until {}; call again with the same arguments after it is decided",
+                pending.approval_id,
+                rfc3339(pending.expires_at_ms)
+            ),
+            Self::RefusedByPerson(refusal) => {
+                let how = if refusal.expired {
+                    format!(
+                        "approval {} expired without a decision",
+                        refusal.approval_id
+                    )
+                } else {
+                    format!(
+                        "approval {} was denied by {}",
+                        refusal.approval_id,
+                        refusal.decided_by.as_deref().unwrap_or("a person")
+                    )
+                };
+                format!(
+                    "{tool} was not run: {how}. Do not retry this action. Tell the user it needs a person."
+                )
+            }
+            Self::Conflict { key, .. } => format!(
+                "{tool}: idempotency key {key:?} was already used with other arguments; nothing was done. Use a new key for a new action."
+            ),
+            Self::InDoubt { why } => {
+                format!("{tool}: outcome unknown: verify before retrying ({why})")
+            }
+            Self::Timeout { after_ms } => format!(
+                "{tool}: outcome unknown: verify before retrying (it timed out after {after_ms} ms and may have finished its work)"
+            ),
+            Self::InFlight { key } => format!(
+                "{tool}: a call with idempotency key {key:?} is still running; call again later to get its result"
+            ),
+            Self::NotRun { why, .. } => format!("{tool} was not run: {why}"),
+            Self::Ran(_) | Self::Replay(_) | Self::ToolError(_) | Self::Cancelled => return None,
+        })
+    }
+
+    /// Structured fields of an error answer besides `error`, `status` and `executed`.
+    #[must_use]
+    pub fn detail(&self, policy_sha256: &str) -> Map<String, Value> {
+        let value = match self {
+            Self::Denied { denial, visible } => {
+                let rule = if *visible {
+                    denial.rule.as_str()
+                } else {
+                    "visibility"
+                };
+                json!({"rule": rule, "policy_sha256": policy_sha256})
+            }
+            Self::Invalid { rule, .. } => json!({"rule": rule, "policy_sha256": policy_sha256}),
+            Self::RateLimited { retry_after_s } => {
+                json!({"retry_after_s": retry_after_s, "rule": "rate_limit"})
+            }
+            Self::DryRun {
+                rule,
+                gate_env,
+                preview,
+            } => json!({
+                "reason": format!("it stays off until {gate_env} is set in the server's environment"),
+                "rule": rule,
+                "policy_sha256": policy_sha256,
+                "enable": format!("restart the server with {gate_env}=1 (accepted: 1 true yes on enable enabled allow)"),
+                "gate_env": gate_env,
+                "dry_run": preview,
+            }),
+            Self::Pending(pending) => json!({
+                "approval_id": pending.approval_id,
+                "expires_at": rfc3339(pending.expires_at_ms),
+                "tier": pending.tier,
+                "reason": pending.reason,
+                "policy_sha256": pending.policy_sha256,
+            }),
+            Self::RefusedByPerson(refusal) => json!({
+                "approval_id": refusal.approval_id,
+                "decided_by": refusal.decided_by,
+                "reason": refusal.reason,
+                "rule": "approval",
+                "policy_sha256": refusal.policy_sha256,
+            }),
+            Self::Conflict { rule, .. } | Self::NotRun { rule, .. } => json!({"rule": rule}),
+            Self::InDoubt { why } => json!({"why": why}),
+            Self::Timeout { after_ms } => json!({"timeout_ms": after_ms}),
+            Self::InFlight { key } => json!({"idempotency_key": key}),
+            Self::Failed { .. }
+            | Self::Ran(_)
+            | Self::Replay(_)
+            | Self::ToolError(_)
+            | Self::Cancelled => json!({}),
+        };
+        match value {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        }
+    }
+
+    /// What a lost audit record makes of this answer: an answer whose handler started becomes in
+    /// doubt (the effect may be there, its record is not); a refusal stays the refusal it was.
+    #[must_use]
+    pub fn unrecorded(self, why: &str) -> Self {
+        match self.kind() {
+            Kind::Ran
+            | Kind::Replay
+            | Kind::ToolError
+            | Kind::Failed
+            | Kind::Timeout
+            | Kind::InDoubt => Self::InDoubt {
+                why: format!("its audit record could not be written: {why}"),
+            },
+            _ => self,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

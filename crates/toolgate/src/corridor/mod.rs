@@ -1,0 +1,261 @@
+//! The corridor (DESIGN.md §1): the one path every `tools/call` walks, in order, to one [`Answer`].
+//!
+//! `kill_switch` → `visibility` (with the token's scopes and the policy's argument rules) →
+//! `rate_limit` → `schema` → `decide` (tier, escalation, gate switch, then the medium budget, spent
+//! only by a call that will run) → `approve` → `claim` (idempotency key) → `run` (timeout and the
+//! caller's cancellation) → `settle` (the key's outcome) → `clean` (redact, sanitise untrusted
+//! output) → `audit`. Each step either lets the call go on or ends it with an [`Answer`]; nothing
+//! here builds a reply. `audit` is the only writer of the call's outcome record, and its one rule is
+//! the fail-closed one: an answer whose effect happened (or may have) and could not be recorded
+//! becomes in doubt; a refusal stays a refusal. [`answer::to_wire`] then gives the answer its MCP
+//! shape. Kit tools and upstream tools (the gateway) walk the same steps; only the toolset behind
+//! `Toolset::call` differs.
+//!
+//! Files: `admit.rs` (kill switch to decide), `approval.rs`, `execute.rs` (claim, run, settle),
+//! `clean.rs`, `answer.rs` (answer → wire), `gate.rs` (policy, stores, switches), `limits.rs`.
+
+mod admit;
+pub mod answer;
+mod approval;
+mod clean;
+mod execute;
+mod gate;
+mod limits;
+
+use std::ops::ControlFlow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::model::{CallToolResult, ProgressToken};
+use rmcp::{ErrorData, Peer, RoleServer};
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+use toolgate_core::audit::{Decision, Event};
+use toolgate_core::canonical;
+use toolgate_core::policy::Verdict;
+
+pub use answer::Answer;
+pub use gate::{AuditUnavailable, Gate, request_label};
+pub use limits::RateLimits;
+
+use crate::toolset::{Catalog, Toolset};
+
+/// What the steps pass on: a step ends the call with an answer (`Break`) or lets it go on.
+type Flow<T = ()> = ControlFlow<Answer<CallToolResult>, T>;
+
+/// Everything the corridor needs besides the call: the gate, the toolset, and the catalog as it
+/// was when the call arrived (a list change mid-call does not change what this call checks).
+pub(crate) struct Corridor<'a> {
+    gate: &'a Gate,
+    toolset: &'a dyn Toolset,
+    catalog: Arc<Catalog>,
+    /// The upstream that serves the tool, named in every audit record of the call.
+    origin: Option<String>,
+}
+
+/// One call as it walks the corridor: what was asked, and what the steps found out so far.
+pub(crate) struct CallState<'c> {
+    name: &'c str,
+    /// The call's arguments, always an object (kept as a `Value` so that the schema and the
+    /// handler get them without a copy).
+    arguments: Value,
+    /// The `request_id` every record of the call carries ([`request_label`]).
+    label: String,
+    /// SHA-256 of the canonical arguments, computed once for every record and key of the call.
+    digest: String,
+    /// Set by `decide` (and replaced by `approve` with the approval that let it run).
+    verdict: Option<Verdict>,
+    /// The approval this run consumed; its row keeps the answer for repeats.
+    approval: Option<String>,
+    /// The idempotency key this call claimed, settled after the run.
+    key: Option<String>,
+    /// Whether the handler was started (a lost record then makes the answer in doubt, and a
+    /// cancellation is the handler's, not a waiting call's).
+    started: bool,
+    /// Fields the audit record carries besides the answer's own (`approval_id`, `forwarded`).
+    detail: Vec<(&'static str, Value)>,
+    ct: CancellationToken,
+    /// Fires when the server shuts down: a call held for a person answers pending at once.
+    shutdown: CancellationToken,
+    peer: Option<Peer<RoleServer>>,
+    progress: Option<ProgressToken>,
+}
+
+impl<'c> CallState<'c> {
+    /// A call to `name` with `arguments`, cancelled by `ct`.
+    pub(crate) fn new(
+        name: &'c str,
+        arguments: Map<String, Value>,
+        ct: CancellationToken,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let digest = canonical::digest_object(&arguments);
+        let label = request_label(&arguments);
+        Self {
+            name,
+            arguments: Value::Object(arguments),
+            label,
+            digest,
+            verdict: None,
+            approval: None,
+            key: None,
+            started: false,
+            detail: Vec::new(),
+            ct,
+            shutdown,
+            peer: None,
+            progress: None,
+        }
+    }
+
+    /// The caller's connection and progress token, for notifications on this request.
+    pub(crate) fn with_peer(
+        mut self,
+        peer: Peer<RoleServer>,
+        progress: Option<ProgressToken>,
+    ) -> Self {
+        self.peer = Some(peer);
+        self.progress = progress;
+        self
+    }
+
+    /// The arguments as the object they are.
+    fn arguments(&self) -> &Map<String, Value> {
+        match &self.arguments {
+            Value::Object(map) => map,
+            // `new` only ever stores an object.
+            _ => empty_map(),
+        }
+    }
+
+    fn rule(&self) -> &str {
+        self.verdict.as_ref().map_or("", |v| v.rule.as_str())
+    }
+}
+
+impl<'a> Corridor<'a> {
+    pub(crate) fn new(gate: &'a Gate, toolset: &'a dyn Toolset, name: &str) -> Self {
+        Self {
+            gate,
+            toolset,
+            catalog: toolset.catalog(),
+            origin: toolset.origin(name),
+        }
+    }
+
+    /// Walks `call` through every step, records its answer and gives it its wire form.
+    pub(crate) async fn call(&self, mut call: CallState<'_>) -> Result<CallToolResult, ErrorData> {
+        let answer = match self.walk(&mut call).await {
+            ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
+        };
+        let answer = self.audit(&call, answer).await;
+        let wire = answer::to_wire(answer, call.name, self.gate.policy().sha256());
+        if let (Some(id), Ok(result)) = (&call.approval, &wire) {
+            self.keep_approved_result(id, result).await;
+        }
+        wire
+    }
+
+    /// The steps, in DESIGN.md §1's order.
+    async fn walk(&self, call: &mut CallState<'_>) -> Flow<Answer<CallToolResult>> {
+        self.kill_switch(call).await?;
+        self.visibility(call)?;
+        self.rate_limit(call)?;
+        self.schema(call)?;
+        self.decide(call).await?;
+        self.approve(call).await?;
+        self.claim(call).await?;
+        let answer = self.run(call).await;
+        self.settle(call, &answer).await;
+        ControlFlow::Continue(self.clean(call, answer))
+    }
+
+    /// The call's one outcome record, written before the answer leaves. A tool that writes its
+    /// own record with its effect (the ledger) is not recorded twice; a call cancelled while it
+    /// waited (before its handler started) leaves the approval or key as it was and is not an
+    /// outcome of its own.
+    async fn audit(
+        &self,
+        call: &CallState<'_>,
+        answer: Answer<CallToolResult>,
+    ) -> Answer<CallToolResult> {
+        let kind = answer.kind();
+        let handler_recorded =
+            call.started && self.toolset.records_itself(call.name) && kind != answer::Kind::Denied;
+        let waited_and_left = kind == answer::Kind::Cancelled && !call.started;
+        // A pending answer's record was written when the request was opened (`approve`).
+        if handler_recorded || waited_and_left || kind == answer::Kind::Pending {
+            return answer;
+        }
+        let event = self.event(call, &answer);
+        if let Denied { .. } = &answer {
+            tracing::info!(
+                tool = call.name,
+                rule = answer.rule().unwrap_or_default(),
+                "call denied"
+            );
+        }
+        match self.gate.record(event).await {
+            Ok(_) => answer,
+            Err(unavailable) => answer.unrecorded(&unavailable.to_string()),
+        }
+    }
+
+    /// The audit event for `answer`: its decision and outcome, the rule that made it, the tier
+    /// and whatever the steps noted, naming the upstream when there is one.
+    fn event(&self, call: &CallState<'_>, answer: &Answer<CallToolResult>) -> Event {
+        let (decision, outcome) = answer.kind().audit();
+        let rule = answer.rule().unwrap_or_else(|| call.rule());
+        let mut event = self.gate.event_digested(
+            call.name,
+            call.label.clone(),
+            call.digest.clone(),
+            decision,
+            outcome,
+            rule,
+        );
+        if let Some(verdict) = &call.verdict
+            && matches!(decision, Decision::Allow | Decision::Approval)
+        {
+            event = event.with("tier", verdict.tier.as_str());
+        }
+        for (key, value) in &call.detail {
+            event = event.with(key, value.clone());
+        }
+        from_upstream(event, self.origin.as_deref())
+    }
+
+    /// The tool's timeout from the policy.
+    fn timeout(&self, name: &str) -> Duration {
+        self.gate.policy().timeout(name)
+    }
+}
+
+use Answer::Denied;
+
+/// `event`, naming the upstream whose tool it is about (the gateway's records), if any.
+pub(crate) fn from_upstream(event: Event, upstream: Option<&str>) -> Event {
+    match upstream {
+        Some(upstream) => event.with("upstream", upstream),
+        None => event,
+    }
+}
+
+/// Waits `period`, or less when the call is cancelled (`Err`): every poll loop of the corridor
+/// (an approval being decided, a key held by another copy of the call) waits this way.
+async fn pause(period: Duration, ct: &CancellationToken) -> Result<(), Cancelled> {
+    tokio::select! {
+        () = tokio::time::sleep(period) => Ok(()),
+        () = ct.cancelled() => Err(Cancelled),
+    }
+}
+
+/// An empty object, for the one impossible case above.
+fn empty_map() -> &'static Map<String, Value> {
+    static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(Map::new)
+}
+
+/// The caller cancelled while the corridor waited.
+#[derive(Debug)]
+struct Cancelled;
