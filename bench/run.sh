@@ -2,11 +2,15 @@
 # toolgate's performance figures, all measured in one run on one disk, each printed with its target.
 #
 #   bench/run.sh [--baseline DIR] [--calls N] [--baseline-calls N] [--burst-calls N]
-#                [--verify-records N] [--rounds N]
+#                [--verify-records N] [--rounds N] [--compare BINARY]
 #
 # --baseline DIR   the seed 000 server (`server.py`, `policy.json`); without it the comparison with
 #                  the seed server is skipped. Its Python environment (mcp==2.1.1) is made in
 #                  $BENCH_VENV if set (and kept), else in the run's temporary directory.
+# --compare BIN    another build of `toolgate` (say, of the commit before a change): only the
+#                  sequential A/B is run, alternating rounds of this build and BIN on the same disk,
+#                  and the server CPU per call of each is printed (on tmpfs the flush is free, so
+#                  CPU is what is left). Build one with scripts/build-at COMMIT.
 # BENCH_TMP        where the data directories go (default ./target): the disk being measured.
 #
 # See docs/performance.md for what each figure means.
@@ -19,6 +23,7 @@ burst_calls=20000
 verify_records=600000
 prefill_records=100000
 rounds=5
+compare=""
 
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 
@@ -30,6 +35,7 @@ while (($#)); do
         --burst-calls) burst_calls=$2; shift 2 ;;
         --verify-records) verify_records=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
+        --compare) compare=$2; shift 2 ;;
         -h | --help) usage; exit 0 ;;
         *) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
@@ -86,6 +92,22 @@ toolgate_load() {
         "$toolgate" serve --policy "$policy" --data "$data" 2>"$err"
 }
 
+# Server CPU (user + system, µs) per call of BINARY over N sequential calls: the server runs under a
+# shell that prints its children's times to stderr when the server exits (stdout is the protocol).
+cpu_per_call() {
+    local binary=$1 n=$2 data=$3 out times
+    settle
+    out=$("$load" --calls "$n" --inflight 1 --prefix "ab" -- bash -c \
+        '"$0" serve --policy "$1" --data "$2" 2>/dev/null; times >&2' \
+        "$binary" "$policy" "$data" 2>"$data.times")
+    # `times`: the shell's own line, then its children's: "0m0.420s 0m0.080s".
+    times=$(sed -n 2p "$data.times")
+    awk -v t="$times" -v n="$n" -v rate="$(field "$out" calls_per_s)" 'BEGIN {
+        split(t, p, " "); us = 0
+        for (i = 1; i <= 2; i++) { split(p[i], ms, "m"); sub("s", "", ms[2]); us += (ms[1] * 60 + ms[2]) * 1e6 }
+        printf "%.1f %s\n", us / n, rate }'
+}
+
 fstype=$(df -T "$tmp" | awk 'NR == 2 { print $2 }')
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 load_avg=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -94,6 +116,30 @@ log "== machine: $(nproc) cores available ($cpu), $(uname -sr), data on $fstype 
 # wildly while something else compiles or writes: say so rather than print numbers that mislead.
 if awk "BEGIN { exit !(${load_avg%% *} > $(nproc) / 2) }"; then
     log "   warning: the machine is busy (load average $load_avg); figures will be noisy"
+fi
+
+if [[ -n $compare ]]; then
+    compare=$(cd "$(dirname "$compare")" && pwd)/$(basename "$compare")
+    [[ -x $compare ]] || { log "bench/run.sh: --compare $compare is not an executable"; exit 2; }
+    this_cpu=() that_cpu=() this_rate=() that_rate=()
+    for ((r = 1; r <= rounds; r++)); do
+        # Alternate which build goes first, so a drift in the machine's state favours neither.
+        for which in $( ((r % 2)) && echo "this that" || echo "that this"); do
+            binary=$toolgate
+            [[ $which == that ]] && binary=$compare
+            read -r cpu rate < <(cpu_per_call "$binary" "$calls" "$tmp/ab-$which-$r")
+            log "   round $r $which: $cpu us of server CPU per call, $rate calls/s"
+            if [[ $which == this ]]; then this_cpu+=("$cpu") this_rate+=("$rate"); else that_cpu+=("$cpu") that_rate+=("$rate"); fi
+            rm -rf "$tmp/ab-$which-$r"
+        done
+    done
+    a=$(median "${this_cpu[@]}") b=$(median "${that_cpu[@]}")
+    echo
+    echo "sequential A/B, $rounds rounds of $calls calls each, alternating, data on $fstype"
+    echo "this build:    $a us server CPU per call (median), $(median "${this_rate[@]}") calls/s"
+    echo "compare build: $b us server CPU per call (median), $(median "${that_rate[@]}") calls/s"
+    echo "ratio (this / compare): $(calc "$a / $b" 2)x  target <= 0.5x"
+    exit 0
 fi
 
 rows=()

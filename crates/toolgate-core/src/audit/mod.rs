@@ -150,15 +150,8 @@ impl Event {
         outcome: Outcome,
         arguments: &Value,
     ) -> Self {
-        Self {
-            request_id: request_id.into(),
-            method: "tools/call".to_owned(),
-            name: name.into(),
-            decision,
-            outcome,
-            args_digest: canonical::digest(arguments),
-            detail: BTreeMap::new(),
-        }
+        let digest = canonical::digest(arguments);
+        Self::tool_call_digested(request_id, name, decision, outcome, digest)
     }
 
     /// An event for a `tools/call` whose arguments were digested already ([`canonical::digest`]).
