@@ -410,9 +410,14 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
 }
 
 /// `_meta` naming this server, which 2026-07-28 results SHOULD carry (rmcp adds it to discover only).
+/// Built once: it is the same for every result.
 fn server_meta() -> MetaObject {
-    let mut meta = serde_json::Map::new();
-    let info = serde_json::to_value(crate::implementation()).unwrap_or_default();
-    meta.insert("io.modelcontextprotocol/serverInfo".to_owned(), info);
-    MetaObject::from(meta)
+    static META: std::sync::OnceLock<MetaObject> = std::sync::OnceLock::new();
+    META.get_or_init(|| {
+        let mut meta = serde_json::Map::new();
+        let info = serde_json::to_value(crate::implementation()).unwrap_or_default();
+        meta.insert("io.modelcontextprotocol/serverInfo".to_owned(), info);
+        MetaObject::from(meta)
+    })
+    .clone()
 }
