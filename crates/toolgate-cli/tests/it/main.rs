@@ -7,6 +7,7 @@ mod gateway;
 mod http;
 mod interop;
 mod process;
+mod stdio;
 mod tiers;
 mod verify;
 
