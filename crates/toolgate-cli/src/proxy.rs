@@ -123,7 +123,8 @@ pub(crate) struct Args {
     /// A file holding one secret to redact everywhere. Repeatable.
     #[arg(long = "secret-file", value_name = "FILE")]
     secret_files: Vec<PathBuf>,
-    /// Seconds to let calls already received finish after stdin closes.
+    /// Seconds to let calls already received finish after stdin closes or SIGINT/SIGTERM
+    /// arrives (on stdio, calls held for an approval answer pending at once).
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     grace: f64,
     /// `synced`: every audit record is on disk before its call is answered. `buffered`: written

@@ -36,8 +36,8 @@ pub(crate) struct Args {
     /// log line, error and echoed argument. Repeatable. Read at start, never printed.
     #[arg(long = "secret-file", value_name = "FILE")]
     secret_files: Vec<PathBuf>,
-    /// Seconds to let calls already received finish after stdin closes (or, on HTTP, after
-    /// SIGINT/SIGTERM).
+    /// Seconds to let calls already received finish after stdin closes or SIGINT/SIGTERM
+    /// arrives (on stdio, calls held for an approval answer pending at once).
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     grace: f64,
     /// docs toolset: a host `fetch_doc` may fetch from. Repeatable; default: the built-in
@@ -167,8 +167,8 @@ pub(crate) async fn open_gate(
         .with_principal(local_principal()))
 }
 
-/// Serves `toolset` behind `gate` on stdio until stdin closes, or on HTTP (`--http`) until
-/// SIGINT/SIGTERM; then calls already received get the grace period to finish.
+/// Serves `toolset` behind `gate` on stdio until stdin closes or SIGINT/SIGTERM, or on HTTP
+/// (`--http`) until SIGINT/SIGTERM; then calls already received get the grace period to finish.
 pub(crate) async fn serve_gate(
     gate: Gate,
     toolset: Arc<dyn toolset::Toolset>,

@@ -1,5 +1,4 @@
-//! Serving on stdin/stdout: the line framing in front of rmcp, with a bounded grace for calls in
-//! flight when stdin closes.
+//! Serving on stdin/stdout: the line framing in front of rmcp, and how a stdio session ends.
 //!
 //! stdout carries protocol only; this module's writer is the one place that writes it, for rmcp's
 //! messages and for its own error answers alike, one whole line at a time under one lock, so two
@@ -35,10 +34,13 @@
 //! plus one enum match and, for a request that fell to rmcp's custom fallback only, a method name
 //! compared against a short list. Only refused lines are read a second time.
 //!
-//! **End of input.** On EOF the transport holds back the end of input until every call already
-//! received has finished, or the grace period has passed; rmcp then drains the responses still
-//! queued and the process exits 0. Without this a client that writes a request and closes stdin
-//! would lose the answer (the seed server does).
+//! **Ending.** stdin closing, SIGTERM or SIGINT all end a session the same way: reading stops, the
+//! server's shutdown token ([`crate::GateServer::shutdown`]) is cancelled so that every call held
+//! for an approval answers with its pending answer at once, calls in flight get the grace period to
+//! finish (calls still running after it are cancelled), rmcp writes the answers still queued, and
+//! [`serve`] returns `Ok`, so the process exits 0. Without this a client that writes a request and
+//! closes stdin would lose the answer (the seed server does), and a signal would kill held calls
+//! without a reply.
 
 use std::future::Future;
 use std::io;
@@ -57,6 +59,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::{Mutex, Notify};
+use tokio_util::sync::CancellationToken;
 
 use crate::GateServer;
 
@@ -134,47 +137,102 @@ impl Drop for Entered {
     }
 }
 
-/// Serves `server` on this process's stdin and stdout until stdin closes and calls are done.
+/// Serves `server` on this process's stdin and stdout until stdin closes or SIGTERM or SIGINT
+/// arrives; calls in flight then get `grace` to finish, held calls answer pending at once.
 ///
 /// # Errors
 /// The transport failed to start or the service loop ended abnormally.
 pub async fn serve(server: GateServer, grace: Duration) -> io::Result<()> {
+    let stop = CancellationToken::new();
+    // Watch the signals before the first read, so that no window is left where one kills the
+    // process without an answer to what it already read.
+    let watcher = match stop_signals() {
+        Ok((term, int)) => Some(tokio::spawn(stop_on_signal(term, int, stop.clone()))),
+        Err(error) => {
+            tracing::warn!(error = %error, "cannot watch SIGTERM and SIGINT");
+            None
+        }
+    };
+    let service = CancellationToken::new();
     let ending = Ending {
+        stop,
+        shutdown: server.shutdown(),
         inflight: server.inflight(),
         grace,
+        service: service.clone(),
     };
     let (reader, writer) = rmcp::transport::io::stdio_pipes();
     let transport = Framing::new(reader, writer, ending);
-    let running = match server.serve(transport).await {
-        Ok(running) => running,
-        // stdin closed before any request: nothing to serve, a clean end.
-        Err(ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
-        Err(error) => return Err(io::Error::other(error)),
+    let result = match server.serve_with_ct(transport, service).await {
+        Ok(running) => match running.waiting().await {
+            Ok(reason) => {
+                tracing::info!(?reason, "stdio session ended");
+                Ok(())
+            }
+            Err(error) => Err(io::Error::other(error)),
+        },
+        // The session ended before any request: nothing to serve, a clean end.
+        Err(ServerInitializeError::ConnectionClosed(_) | ServerInitializeError::Cancelled) => {
+            Ok(())
+        }
+        Err(error) => Err(io::Error::other(error)),
     };
-    let reason = running.waiting().await.map_err(io::Error::other)?;
-    tracing::info!(?reason, "stdio session ended");
-    Ok(())
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
+    result
 }
 
-/// What the end of input waits for (module header, "End of input").
+type Signal = tokio::signal::unix::Signal;
+
+fn stop_signals() -> io::Result<(Signal, Signal)> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Ok((
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+    ))
+}
+
+async fn stop_on_signal(mut term: Signal, mut int: Signal, stop: CancellationToken) {
+    let name = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    };
+    tracing::info!(signal = name, "stopping: no more requests are read");
+    stop.cancel();
+}
+
+/// What ends a session and what ending it does (module header, "Ending").
 struct Ending {
+    /// Cancelled by SIGTERM or SIGINT: stop reading.
+    stop: CancellationToken,
+    /// The server's: held calls answer pending once it is cancelled.
+    shutdown: CancellationToken,
     inflight: InFlight,
     grace: Duration,
+    /// rmcp's service token: cancels the calls still running once the grace is over.
+    service: CancellationToken,
 }
 
 impl Ending {
-    /// Waits until the calls already received are done, for at most the grace period.
-    fn finish(&self) -> Closing {
+    /// Finishes what was read: held calls answer now, calls in flight get the grace.
+    fn finish(&self, why: &'static str) -> Closing {
         tracing::info!(
+            why,
             grace_ms = self.grace.as_millis(),
-            "stdin closed; finishing calls in flight"
+            "no more requests; finishing calls in flight"
         );
-        let (inflight, grace) = (self.inflight.clone(), self.grace);
+        self.shutdown.cancel();
+        let (inflight, grace, service) = (self.inflight.clone(), self.grace, self.service.clone());
         Box::pin(async move {
             tokio::time::sleep(SETTLE).await;
             if tokio::time::timeout(grace, inflight.idle()).await.is_err() {
-                tracing::warn!("grace period over with calls still in flight");
+                tracing::warn!("grace period over with calls still in flight; cancelling them");
+                // rmcp would wait up to 5 s more for them before cancelling them itself.
+                service.cancel();
             }
+            // Otherwise rmcp's drain writes the answers still queued; it also waits for a
+            // handler that reached its task only after the count above.
         })
     }
 }
@@ -293,9 +351,14 @@ where
             if self.closed {
                 return None;
             }
-            match self.lines.next().await {
-                Read::Line => {}
-                Read::Oversized => {
+            let read = tokio::select! {
+                biased;
+                () = self.ending.stop.cancelled() => None,
+                read = self.lines.next() => Some(read),
+            };
+            match read {
+                Some(Read::Line) => {}
+                Some(Read::Oversized) => {
                     tracing::warn!(
                         limit = MAX_LINE,
                         reason = "longer than the line limit",
@@ -307,13 +370,17 @@ where
                     ));
                     continue;
                 }
-                Read::Eof => {
-                    self.closing = Some(self.ending.finish());
+                Some(Read::Eof) => {
+                    self.closing = Some(self.ending.finish("stdin closed"));
                     continue;
                 }
-                Read::Failed(error) => {
+                Some(Read::Failed(error)) => {
                     tracing::warn!(error = %error, "cannot read stdin");
-                    self.closing = Some(self.ending.finish());
+                    self.closing = Some(self.ending.finish("stdin failed"));
+                    continue;
+                }
+                None => {
+                    self.closing = Some(self.ending.finish("signal"));
                     continue;
                 }
             }

@@ -17,6 +17,7 @@ mod interop;
 mod once;
 mod passthrough;
 mod pins;
+mod signals;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

@@ -306,6 +306,17 @@ fn wait_for(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
     }
 }
 
+/// Sends `signal` (`TERM`, `INT`) to `child` by its pid, as `kill` does.
+fn send_signal(child: &Child, signal: &str) {
+    let pid = child.id().to_string();
+    let status = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(&pid)
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill -{signal} {pid} failed");
+}
+
 /// Polls `probe` every 50 ms until it gives a value; fails the test after `limit`.
 fn eventually<T>(what: &str, limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + limit;

@@ -1,6 +1,7 @@
 //! The stdio transport as a client meets it, on a real `toolgate serve` child: what a line the
 //! server cannot take is answered (JSON-RPC 2.0 §5.1, one table, a fresh server per case, each
-//! followed by a valid request that must still be answered).
+//! followed by a valid request that must still be answered), and how a session ends (SIGTERM,
+//! SIGINT, stdin closed) while a call is held for an approval.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::{Scratch, meta, wait_for};
+use super::{Scratch, eventually, meta, policy_with, send_signal, wait_for};
 
 /// In every refused line, so that a log line quoting one is found (lines may hold secrets).
 const CANARY: &str = "canary-5e1f0c";
@@ -382,4 +383,109 @@ fn refusals_and_answers_written_at_once_never_share_a_line() {
     }
     assert_eq!((results, errors), (calls, calls));
     assert!(wire.close().success());
+}
+
+/// The shipped orders policy, with a hold long enough that only the end of the session can
+/// answer a held call (an approval wait of 60 s, approvals that live 10 min).
+fn orders_held() -> Scratch {
+    let text = policy_with(
+        "orders.toml",
+        &[("approval_wait", "\"60s\""), ("approval_ttl", "\"10m\"")],
+    );
+    Scratch::with_policy_text("orders", &text)
+}
+
+/// A refund of 49 (high tier: held for a person), sent; returns its id and, once the server
+/// opened it, the approval's id.
+fn hold_a_refund(scratch: &Scratch, wire: &mut Wire) -> (Value, String) {
+    let id = json!(1);
+    let arguments = json!({"order_id": "ord_1001", "amount": 49});
+    wire.write_line(&call_line(
+        &id,
+        json!({"name": "refund", "arguments": arguments}),
+    ));
+    let approval = eventually("a pending approval", Duration::from_secs(10), || {
+        let out = scratch.cli(&["approvals", "list", "--json"]);
+        let rows: Value = serde_json::from_slice(&out.stdout).ok()?;
+        rows[0]["id"].as_str().map(str::to_owned)
+    });
+    (id, approval)
+}
+
+/// The held call's answer is its pending answer for `approval`.
+fn assert_pending(reply: &Value, approval: &str) {
+    let content = &reply["result"]["structuredContent"];
+    assert_eq!(
+        (&content["status"], content["approval_id"].as_str()),
+        (&json!("pending_approval"), Some(approval)),
+        "{reply}"
+    );
+    let text = reply["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("call again with the same arguments after it is decided"),
+        "{reply}"
+    );
+}
+
+/// `signal` while a call is held: the call gets its pending answer at once, and the process
+/// exits 0 long before its grace (10 s) is over.
+fn held_call_answered_on(signal: &str) {
+    let scratch = orders_held();
+    let mut wire = Wire::start(&scratch, &["--grace", "10"]);
+    let (id, approval) = hold_a_refund(&scratch, &mut wire);
+    let sent = Instant::now();
+    send_signal(&wire.child, signal);
+    let (_, reply) = wire
+        .until_answer(&id, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{signal}: {e}\n{}", wire.log_text()));
+    assert_pending(&reply, &approval);
+    let status = wait_for(&mut wire.child, Duration::from_secs(10));
+    assert!(
+        status.success(),
+        "{signal}: exit {status}\n{}",
+        wire.log_text()
+    );
+    assert!(
+        sent.elapsed() < Duration::from_secs(3),
+        "{signal}: took {:?}",
+        sent.elapsed()
+    );
+    assert!(
+        !wire.log_text().contains("cancelled by the client"),
+        "{}",
+        wire.log_text()
+    );
+}
+
+#[test]
+fn sigterm_answers_a_held_call_with_its_pending_answer_and_exits_0() {
+    held_call_answered_on("TERM");
+}
+
+#[test]
+fn sigint_answers_a_held_call_with_its_pending_answer_and_exits_0() {
+    held_call_answered_on("INT");
+}
+
+#[test]
+fn stdin_closed_with_a_held_call_answers_it_at_once_and_exits_0_without_waiting() {
+    let scratch = orders_held();
+    let mut wire = Wire::start(&scratch, &["--grace", "0"]);
+    let (id, approval) = hold_a_refund(&scratch, &mut wire);
+    let closed = Instant::now();
+    drop(wire.stdin.take());
+    let (_, reply) = wire
+        .until_answer(&id, Duration::from_secs(5))
+        .unwrap_or_else(|e| panic!("{e}\n{}", wire.log_text()));
+    assert_pending(&reply, &approval);
+    let status = wait_for(&mut wire.child, Duration::from_secs(10));
+    assert!(status.success(), "exit {status}\n{}", wire.log_text());
+    // Before, the process waited rmcp's 5 s drain out and the call got no answer.
+    assert!(
+        closed.elapsed() < Duration::from_secs(2),
+        "took {:?}",
+        closed.elapsed()
+    );
 }
