@@ -124,13 +124,16 @@ impl Corridor<'_> {
         let mut row = row;
         while started.elapsed() < wait {
             tokio::select! {
+                // Shutdown first: once the grace is over the transport cancels the call too, and
+                // a held call is owed its pending answer.
+                biased;
+                () = call.shutdown.cancelled() => return Continue(row),
                 waited = pause(APPROVAL_POLL, &call.ct) => {
                     // The approval stays pending; the client may call again later.
                     if waited.is_err() {
                         return Break(Answer::Cancelled);
                     }
                 }
-                () = call.shutdown.cancelled() => return Continue(row),
             }
             tick += 1;
             if let (Some(peer), Some(token)) = (&call.peer, &call.progress)
