@@ -168,7 +168,8 @@ pub(crate) async fn serve(
         .filter(|t| !t.is_zero())
         .context("--read-timeout must be a positive number of seconds")?;
     let verifier = args.verifier(&config.resource).await?;
-    let shutdown = CancellationToken::new();
+    // The server's own token: held calls then answer pending when the server stops, as on stdio.
+    let shutdown = server.shutdown();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     tracing::info!(
         address = %bound,
