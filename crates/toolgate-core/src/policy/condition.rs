@@ -14,6 +14,7 @@ use std::sync::{Arc, OnceLock};
 use cel::{Context, Env, ExecutionError, Program, Value as CelValue};
 use serde_json::{Map, Value, json};
 
+use super::ConditionError;
 use crate::principal::Principal;
 
 /// A compiled `when`.
@@ -32,9 +33,9 @@ impl Condition {
     /// Compiles `source`.
     ///
     /// # Errors
-    /// The CEL parser's message when the expression does not compile.
-    pub fn compile(source: &str) -> Result<Self, String> {
-        let program = Program::compile(source).map_err(|e| e.to_string())?;
+    /// The expression does not compile.
+    pub fn compile(source: &str) -> Result<Self, ConditionError> {
+        let program = Program::compile(source).map_err(ConditionError::Syntax)?;
         let mut args = BTreeSet::new();
         collect_args(program.expression(), &mut args);
         let references = program.references();
@@ -69,7 +70,7 @@ impl Condition {
         args: &Map<String, Value>,
         principal: &Principal,
         tool: &str,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, ConditionError> {
         let principal = if self.uses_principal {
             json!({"sub": principal.sub, "scopes": principal.scopes})
         } else {
@@ -85,23 +86,35 @@ impl Condition {
         self.eval_json(&Value::Object(read), &principal, tool)
     }
 
-    fn eval_json(&self, args: &Value, principal: &Value, tool: &str) -> Result<bool, String> {
+    fn eval_json(
+        &self,
+        args: &Value,
+        principal: &Value,
+        tool: &str,
+    ) -> Result<bool, ConditionError> {
         // The standard environment is built once: building it per call cost ~50 µs.
         static ENV: OnceLock<Arc<Env>> = OnceLock::new();
         let env = ENV.get_or_init(|| Arc::new(Env::stdlib()));
         let mut context = Context::with_env(Arc::clone(env));
-        let convert = |v: &Value| cel::to_value(v).map_err(|e| e.to_string());
-        context.add_variable_from_value("args", convert(args)?);
+        let convert = |variable, value: &Value| {
+            cel::to_value(value).map_err(|error| ConditionError::Convert { variable, error })
+        };
+        context.add_variable_from_value("args", convert("args", args)?);
         if self.uses_principal {
-            context.add_variable_from_value("principal", convert(principal)?);
+            context.add_variable_from_value("principal", convert("principal", principal)?);
         }
         if self.uses_tool {
             context.add_variable_from_value("tool", CelValue::from(tool.to_owned()));
         }
         match self.program.execute(&context) {
             Ok(CelValue::Bool(matched)) => Ok(matched),
-            Ok(other) => Err(format!("evaluates to {other:?}, not true or false")),
-            Err(error) => Err(describe(&error)),
+            Ok(other) => Err(ConditionError::NotBoolean {
+                value: format!("{other:?}"),
+            }),
+            Err(ExecutionError::NoSuchKey(key)) => Err(ConditionError::MissingArgument {
+                name: key.to_string(),
+            }),
+            Err(error) => Err(ConditionError::Evaluation(Box::new(error))),
         }
     }
 
@@ -115,11 +128,12 @@ impl Condition {
         &self,
         tool: &str,
         properties: &BTreeMap<String, Vec<String>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ConditionError> {
         if let Some(missing) = self.args.iter().find(|a| !properties.contains_key(*a)) {
-            return Err(format!(
-                "names argument `{missing}`, which {tool} does not have"
-            ));
+            return Err(ConditionError::UnknownArgument {
+                arg: missing.clone(),
+                tool: tool.to_owned(),
+            });
         }
         // Try every combination of sample values of the declared types (bounded): if none can be
         // evaluated to a boolean, the condition can never be true for real calls either.
@@ -139,16 +153,19 @@ impl Condition {
                 .collect();
         }
         let principal = json!({"sub": "", "scopes": []});
-        let mut last = String::new();
+        let mut last = None;
         for args in combos {
             match self.eval_json(&Value::Object(args), &principal, tool) {
                 Ok(_) => return Ok(()),
-                Err(why) => last = why,
+                Err(why) => last = Some(why),
             }
         }
-        Err(format!(
-            "can never be evaluated for the declared argument types ({last})"
-        ))
+        // `combos` always holds at least the empty combination, so `last` is set here.
+        last.map_or(Ok(()), |last| {
+            Err(ConditionError::NeverEvaluates {
+                last: Box::new(last),
+            })
+        })
     }
 }
 
@@ -174,13 +191,6 @@ fn samples(types: &[String]) -> Vec<Value> {
             _ => vec![Value::Null],
         })
         .collect()
-}
-
-fn describe(error: &ExecutionError) -> String {
-    match error {
-        ExecutionError::NoSuchKey(key) => format!("argument `{key}` is missing"),
-        other => other.to_string(),
-    }
 }
 
 /// Collects `args.NAME` and `args["NAME"]` references anywhere in the expression.

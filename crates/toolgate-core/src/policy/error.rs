@@ -1,4 +1,4 @@
-//! Errors of loading a policy.
+//! Errors of loading a policy, and of its escalation conditions.
 
 /// A policy file that cannot be used; start-up stops on any of these.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +30,36 @@ pub enum PolicyError {
         tool: String,
         index: usize,
         when: String,
-        detail: String,
+        detail: ConditionError,
     },
+}
+
+/// Why an escalation condition cannot be used (at load) or decided (for one call).
+///
+/// Each message carries its cause: it is read as one line, inside a [`PolicyError`] at load and
+/// in an assessment's `undecided` list at call time.
+#[derive(Debug, thiserror::Error)]
+pub enum ConditionError {
+    /// The expression does not compile; the CEL parser's message.
+    #[error("{0}")]
+    Syntax(cel::ParseErrors),
+    #[error("names argument `{arg}`, which {tool} does not have")]
+    UnknownArgument { arg: String, tool: String },
+    /// No value of the declared types lets it evaluate to a boolean; `last` is the last try's
+    /// failure.
+    #[error("can never be evaluated for the declared argument types ({last})")]
+    NeverEvaluates { last: Box<ConditionError> },
+    #[error("cannot pass `{variable}` to the expression: {error}")]
+    Convert {
+        variable: &'static str,
+        error: cel::SerializationError,
+    },
+    /// The call left out an argument the expression reads.
+    #[error("argument `{name}` is missing")]
+    MissingArgument { name: String },
+    #[error("{0}")]
+    Evaluation(Box<cel::ExecutionError>),
+    /// `value` is the result as CEL's `Debug` writes it.
+    #[error("evaluates to {value}, not true or false")]
+    NotBoolean { value: String },
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 pub use condition::Condition;
-pub use error::PolicyError;
+pub use error::{ConditionError, PolicyError};
 
 use crate::principal::Principal;
 use raw::{RawArgRule, RawRateLimit, RawTool, RawV1, RawV2};
