@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, bail};
 use serde_json::{Map, Value, json};
 use toolgate::gateway::exposed_name;
 use toolgate::toolset::{self, Catalog};
@@ -89,11 +89,7 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
             let (policy, _) = load_checked(&file, toolset.as_deref(), scratch.path())?;
             let arguments: Map<String, Value> = match serde_json::from_str(&args) {
                 Ok(Value::Object(map)) => map,
-                _ => {
-                    return Err(anyhow!(
-                        "ARGS must be a JSON object, e.g. '{{\"amount\": 49}}'"
-                    ));
-                }
+                _ => bail!("ARGS must be a JSON object, e.g. '{{\"amount\": 49}}'"),
             };
             let principal = principal.map_or_else(local_principal, Principal::new);
             let gate_open = open_gates(&policy).contains(&policy.gate_env(&tool));
@@ -225,8 +221,7 @@ fn load_checked(
         Some(name @ ("ledger" | "notes" | "orders" | "helpdesk" | "docs")) => name,
         _ => "ledger",
     });
-    let tools =
-        toolset::by_name(toolset, scratch, &toolset::Options::default()).map_err(|e| anyhow!(e))?;
+    let tools = toolset::by_name(toolset, scratch, &toolset::Options::default())?;
     let warnings = check_policy(&policy, tools.as_ref())?;
     Ok((policy, warnings))
 }

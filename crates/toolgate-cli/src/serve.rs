@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow};
+use anyhow::{Context, bail};
 use toolgate::server::Gate;
 use toolgate::{GateServer, stdio, toolset};
 use toolgate_core::policy::Policy;
@@ -105,17 +105,16 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         docs_hosts: args.docs_hosts.clone(),
         ..toolset::Options::default()
     };
-    let probe =
-        toolset::by_name(&args.toolset, scratch.path(), &options).map_err(|e| anyhow!(e))?;
+    let probe = toolset::by_name(&args.toolset, scratch.path(), &options)?;
     // A kit toolset must offer every tool it registers (a gateway withholds instead).
     if let Some((name, why)) = probe.catalog().all_withheld().iter().next() {
-        return Err(anyhow!("tool {name}: {}", why.reason));
+        bail!("tool {name}: {}", why.reason);
     }
     for warning in check_policy(&policy, probe.as_ref())? {
         tracing::warn!(%warning, "policy");
     }
     drop((probe, scratch));
-    let toolset = toolset::by_name(&args.toolset, &args.data, &options).map_err(|e| anyhow!(e))?;
+    let toolset = toolset::by_name(&args.toolset, &args.data, &options)?;
     let grace =
         Duration::try_from_secs_f64(args.grace).context("--grace must be a non-negative number")?;
     let policy_sha256 = policy.sha256().to_owned();

@@ -322,7 +322,7 @@ impl Helpdesk {
     fn search(&self, sub: &str, query: &str, limit: &Value) -> Result<Vec<Value>, HelpdeskError> {
         const TOOL: &str = "search_tickets";
         check_chars(TOOL, "query", query, MIN_QUERY_CHARS, MAX_QUERY_CHARS)?;
-        let limit = check_limit(limit).map_err(|reason| HelpdeskError::invalid(TOOL, reason))?;
+        let limit = check_limit(TOOL, limit)?;
         let needle = query.to_lowercase();
         Ok(TICKETS
             .iter()
@@ -560,7 +560,7 @@ fn check_chars(
 }
 
 /// A whole number from 1 to [`MAX_LIMIT`] (`5.0` included, as the schema admits it).
-fn check_limit(limit: &Value) -> Result<usize, String> {
+fn check_limit(tool: &str, limit: &Value) -> Result<usize, HelpdeskError> {
     let whole = match limit {
         Value::Number(n) => n.as_u64().or_else(|| {
             n.as_f64()
@@ -571,8 +571,9 @@ fn check_limit(limit: &Value) -> Result<usize, String> {
     };
     match whole {
         Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(usize::try_from(n).unwrap_or(1)),
-        _ => Err(format!(
-            "limit must be a whole number from 1 to {MAX_LIMIT}"
+        _ => Err(HelpdeskError::invalid(
+            tool,
+            format!("limit must be a whole number from 1 to {MAX_LIMIT}"),
         )),
     }
 }

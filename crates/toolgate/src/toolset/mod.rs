@@ -13,6 +13,7 @@ mod orders;
 
 use std::fmt::Debug;
 use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -164,41 +165,61 @@ pub struct Options {
     pub docs_test_escape: Option<TestEscape>,
 }
 
+/// Why [`by_name`] built no toolset. Each message carries its cause, so it reads whole in one line.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("unknown toolset {name:?} (available: docs, helpdesk, ledger, notes, orders)")]
+    Unknown { name: String },
+    /// The docs toolset's options do not hold (its allow-list, say).
+    #[error("docs toolset: {0}")]
+    Docs(Box<dyn std::error::Error + Send + Sync>),
+    /// A toolset's state under the data directory cannot be opened.
+    #[error("{toolset} toolset in {dir}: {error}", dir = dir.display())]
+    State {
+        toolset: &'static str,
+        dir: PathBuf,
+        error: std::io::Error,
+    },
+}
+
 /// Builds the toolset named on the command line. Toolsets that keep state put it under `data`.
 ///
 /// # Errors
 /// The name is not a built-in toolset (the message lists the ones there are), or its state cannot
 /// be opened.
-pub fn by_name(
-    name: &str,
-    data: &std::path::Path,
-    options: &Options,
-) -> Result<Box<dyn Toolset>, String> {
+pub fn by_name(name: &str, data: &Path, options: &Options) -> Result<Box<dyn Toolset>, OpenError> {
+    fn state(toolset: &'static str, dir: &Path) -> impl FnOnce(std::io::Error) -> OpenError {
+        let dir = dir.to_owned();
+        move |error| OpenError::State {
+            toolset,
+            dir,
+            error,
+        }
+    }
     match name {
         "docs" => Ok(Box::new(
-            Docs::from_options(options).map_err(|e| format!("docs toolset: {e}"))?,
+            Docs::from_options(options).map_err(|e| OpenError::Docs(e.into()))?,
         )),
         "ledger" => Ok(Box::new(Ledger::new())),
         "notes" => {
             let dir = data.join("notes");
-            let failed = |e: std::io::Error| format!("notes toolset in {}: {e}", dir.display());
-            Notes::seed_demo(&dir).map_err(failed)?;
-            Ok(Box::new(Notes::new(dir.clone()).map_err(failed)?))
+            Notes::seed_demo(&dir).map_err(state("notes", &dir))?;
+            Ok(Box::new(
+                Notes::new(dir.clone()).map_err(state("notes", &dir))?,
+            ))
         }
         "orders" => {
             let dir = data.join("orders");
-            let orders = Orders::open(&dir)
-                .map_err(|e| format!("orders toolset in {}: {e}", dir.display()))?;
-            Ok(Box::new(orders))
+            Ok(Box::new(Orders::open(&dir).map_err(state("orders", &dir))?))
         }
         "helpdesk" => {
             let dir = data.join("helpdesk");
-            let helpdesk = Helpdesk::open(&dir)
-                .map_err(|e| format!("helpdesk toolset in {}: {e}", dir.display()))?;
-            Ok(Box::new(helpdesk))
+            Ok(Box::new(
+                Helpdesk::open(&dir).map_err(state("helpdesk", &dir))?,
+            ))
         }
-        other => Err(format!(
-            "unknown toolset {other:?} (available: docs, helpdesk, ledger, notes, orders)"
-        )),
+        other => Err(OpenError::Unknown {
+            name: other.to_owned(),
+        }),
     }
 }

@@ -519,7 +519,8 @@ fn by_name_opens_the_helpdesk_under_the_data_directory() {
     assert!(toolset.catalog().has("get_ticket"));
     assert!(tmp.path().join("helpdesk").join(NOTES_FILE).exists());
     let unknown = crate::toolset::by_name("nope", tmp.path(), &crate::toolset::Options::default())
-        .expect_err("unknown");
+        .expect_err("unknown")
+        .to_string();
     assert!(unknown.contains("helpdesk"), "{unknown}");
 }
 
