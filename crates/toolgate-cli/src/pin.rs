@@ -7,7 +7,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use toolgate::gateway::{self, Lock};
 
 use crate::proxy::Upstreams;
@@ -30,7 +30,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .clone()
         .unwrap_or_else(|| gateway::default_lock_path(&args.policy));
     let old = if path.exists() {
-        Some(Lock::load(&path).map_err(|e| anyhow!(e))?)
+        Some(Lock::load(&path)?)
     } else {
         None
     };
@@ -47,7 +47,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let _ = writeln!(report, "{word:9} {upstream}/{}", tool.name);
         }
     }
-    lock.save(&path).map_err(|e| anyhow!(e))?;
+    lock.save(&path)?;
     let count: usize = fetched.iter().map(|(_, t)| t.len()).sum();
     let _ = writeln!(report, "pinned {count} tools in {}", path.display());
     std::io::stdout()

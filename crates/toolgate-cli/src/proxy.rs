@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, anyhow, bail};
+use anyhow::{Context, bail};
 use rmcp::model::Tool;
 use toolgate::gateway::{self, Gateway, Lock, Upstream, UpstreamSpec};
 use toolgate::toolset::Toolset;
@@ -45,17 +45,17 @@ impl Upstreams {
     pub(crate) fn specs(&self) -> anyhow::Result<Vec<UpstreamSpec>> {
         let mut specs = Vec::new();
         if let Some(path) = &self.config {
-            specs.extend(gateway::from_file(path).map_err(|e| anyhow!(e))?);
+            specs.extend(gateway::from_file(path)?);
         }
         for flag in &self.upstreams {
-            specs.push(gateway::from_flag(flag).map_err(|e| anyhow!(e))?);
+            specs.push(gateway::from_flag(flag)?);
         }
         if !self.command.is_empty() {
             let name = match &self.name {
                 Some(name) => name.clone(),
                 None => default_name(&self.command[0]),
             };
-            specs.push(gateway::from_command(&name, &self.command).map_err(|e| anyhow!(e))?);
+            specs.push(gateway::from_command(&name, &self.command)?);
         }
         if specs.is_empty() {
             bail!("no upstream: give `-- COMMAND…`, --upstream NAME=… or --config FILE");
@@ -76,7 +76,7 @@ impl Upstreams {
             let name = spec.name.clone();
             let tools = Upstream::probe(spec)
                 .await
-                .map_err(|e| anyhow!("upstream {name}: {e}"))?;
+                .with_context(|| format!("upstream {name}"))?;
             fetched.push((name, tools));
         }
         Ok(fetched)
@@ -178,11 +178,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 /// loudly: nothing is pinned).
 fn lock_for(policy: &Path, named: Option<&Path>) -> anyhow::Result<Option<Lock>> {
     if let Some(path) = named {
-        return Lock::load(path).map(Some).map_err(|e| anyhow!(e));
+        return Ok(Some(Lock::load(path)?));
     }
     let default = gateway::default_lock_path(policy);
     if default.exists() {
-        return Lock::load(&default).map(Some).map_err(|e| anyhow!(e));
+        return Ok(Some(Lock::load(&default)?));
     }
     tracing::warn!(
         expected = %default.display(),

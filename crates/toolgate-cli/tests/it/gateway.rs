@@ -18,6 +18,7 @@ mod once;
 mod passthrough;
 mod pins;
 mod signals;
+mod startup;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};

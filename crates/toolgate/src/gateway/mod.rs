@@ -7,6 +7,7 @@
 //! carry the upstream's name (`NAME__tool`); pinned definitions that changed are withheld
 //! (`pins.rs`); a dry run can be asked of a tool the upstream offers for that purpose.
 
+mod error;
 mod pins;
 mod progress;
 mod spec;
@@ -24,12 +25,14 @@ use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use toolgate_core::audit::{Decision, Outcome};
 
+pub use error::{ConnectError, LockError, SpecError, UrlProblem};
 pub use pins::{Lock, Pin, default_path as default_lock_path, definition_sha256};
 pub use spec::{Target, UpstreamSpec, from_command, from_file, from_flag};
 pub use upstream::Upstream;
 
 use crate::server::Gate;
 use crate::toolset::{Call, CallFuture, Catalog, DryRunFuture, PassFuture, Passthrough, Toolset};
+use error::PassError;
 
 /// Separates the upstream's name from its tool's name when there are several upstreams.
 pub const PREFIX_SEPARATOR: &str = "__";
@@ -343,18 +346,8 @@ impl Passthrough for Gateway {
         })
     }
 
-    fn get_prompt(&self, mut params: GetPromptRequestParams) -> PassFuture<'_, GetPromptResult> {
-        Box::pin(async move {
-            let name = params.name.clone();
-            let (upstream, own) = self
-                .route(&name)
-                .ok_or_else(|| format!("no prompt {name}"))?;
-            params.name = own.to_owned();
-            let peer = upstream.peer()?;
-            peer.get_prompt(params)
-                .await
-                .map_err(|e| format!("upstream {}: {e}", upstream.name()))
-        })
+    fn get_prompt(&self, params: GetPromptRequestParams) -> PassFuture<'_, GetPromptResult> {
+        Box::pin(async move { self.prompt(params).await.map_err(|e| e.to_string()) })
     }
 
     fn resources(&self) -> PassFuture<'_, Vec<Resource>> {
@@ -377,29 +370,62 @@ impl Passthrough for Gateway {
         &self,
         params: ReadResourceRequestParams,
     ) -> PassFuture<'_, ReadResourceResult> {
-        Box::pin(async move {
-            // One upstream: it owns every URI. Several: the one that lists it.
-            let mut owner = None;
-            if let [only] = self.inner.upstreams.as_slice() {
-                owner = Some(only);
-            } else {
-                for upstream in &self.inner.upstreams {
-                    let Ok(peer) = upstream.peer() else { continue };
-                    if peer
-                        .list_all_resources()
-                        .await
-                        .is_ok_and(|list| list.iter().any(|r| r.uri == params.uri))
-                    {
-                        owner = Some(upstream);
-                        break;
-                    }
+        Box::pin(async move { self.resource(params).await.map_err(|e| e.to_string()) })
+    }
+}
+
+/// The pass-through requests that can fail, typed; the [`Passthrough`] methods word them for the
+/// server (its `PassFuture` error is the sentence it logs and answers with).
+impl Gateway {
+    async fn prompt(
+        &self,
+        mut params: GetPromptRequestParams,
+    ) -> Result<GetPromptResult, PassError> {
+        let (upstream, own) = self
+            .route(&params.name)
+            .ok_or_else(|| PassError::NoPrompt {
+                name: params.name.clone(),
+            })?;
+        params.name = own.to_owned();
+        let peer = upstream.peer()?;
+        peer.get_prompt(params)
+            .await
+            .map_err(|error| PassError::Upstream {
+                upstream: upstream.name().to_owned(),
+                error,
+            })
+    }
+
+    async fn resource(
+        &self,
+        params: ReadResourceRequestParams,
+    ) -> Result<ReadResourceResult, PassError> {
+        // One upstream: it owns every URI. Several: the one that lists it.
+        let mut owner = None;
+        if let [only] = self.inner.upstreams.as_slice() {
+            owner = Some(only);
+        } else {
+            for upstream in &self.inner.upstreams {
+                let Ok(peer) = upstream.peer() else { continue };
+                if peer
+                    .list_all_resources()
+                    .await
+                    .is_ok_and(|list| list.iter().any(|r| r.uri == params.uri))
+                {
+                    owner = Some(upstream);
+                    break;
                 }
             }
-            let upstream = owner.ok_or_else(|| format!("no resource {}", params.uri))?;
-            let peer = upstream.peer()?;
-            peer.read_resource(params)
-                .await
-                .map_err(|e| format!("upstream {}: {e}", upstream.name()))
-        })
+        }
+        let upstream = owner.ok_or_else(|| PassError::NoResource {
+            uri: params.uri.clone(),
+        })?;
+        let peer = upstream.peer()?;
+        peer.read_resource(params)
+            .await
+            .map_err(|error| PassError::Upstream {
+                upstream: upstream.name().to_owned(),
+                error,
+            })
     }
 }

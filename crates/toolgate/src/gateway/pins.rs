@@ -17,6 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate_core::canonical;
 
+use super::error::LockError;
+
 /// Format version written to and accepted from lock files.
 const VERSION: u32 = 1;
 
@@ -87,17 +89,21 @@ impl Lock {
     ///
     /// # Errors
     /// The file cannot be read or is not a version-1 lock.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read lock file {}: {e}", path.display()))?;
-        let lock: Self = serde_json::from_slice(&bytes)
-            .map_err(|e| format!("lock file {}: {e}", path.display()))?;
+    pub fn load(path: &Path) -> Result<Self, LockError> {
+        let bytes = std::fs::read(path).map_err(|source| LockError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let lock: Self = serde_json::from_slice(&bytes).map_err(|source| LockError::Parse {
+            path: path.to_owned(),
+            source,
+        })?;
         if lock.version != VERSION {
-            return Err(format!(
-                "lock file {}: version {} (this build reads version {VERSION})",
-                path.display(),
-                lock.version
-            ));
+            return Err(LockError::Version {
+                path: path.to_owned(),
+                found: lock.version,
+                expected: VERSION,
+            });
         }
         Ok(lock)
     }
@@ -106,9 +112,14 @@ impl Lock {
     ///
     /// # Errors
     /// The file cannot be written.
-    pub fn save(&self, path: &Path) -> Result<(), String> {
-        let failed = |e: std::io::Error| format!("cannot write lock file {}: {e}", path.display());
-        let mut text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+    pub fn save(&self, path: &Path) -> Result<(), LockError> {
+        let failed = |source: std::io::Error| LockError::Write {
+            path: path.to_owned(),
+            source,
+        };
+        // Maps of strings always serialise; were it to fail, it would be a write that failed.
+        let mut text =
+            serde_json::to_string_pretty(self).map_err(|e| failed(std::io::Error::from(e)))?;
         text.push('\n');
         let dir = path
             .parent()
@@ -365,7 +376,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("policy.lock");
         std::fs::write(&path, r#"{"version": 2, "upstreams": {}}"#).expect("write");
-        let err = Lock::load(&path).expect_err("version 2");
+        let err = Lock::load(&path).expect_err("version 2").to_string();
         assert!(err.contains("version 2"), "{err}");
         assert!(err.contains(&path.display().to_string()), "{err}");
     }
@@ -383,7 +394,7 @@ mod tests {
             assert!(Lock::load(&path).is_err(), "{text}");
         }
         let missing = dir.path().join("missing.lock");
-        let err = Lock::load(&missing).expect_err("missing");
+        let err = Lock::load(&missing).expect_err("missing").to_string();
         assert!(err.contains("cannot read lock file"), "{err}");
     }
 

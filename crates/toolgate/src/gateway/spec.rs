@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use super::error::{SpecError, UrlProblem};
+
 /// One upstream MCP server.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamSpec {
@@ -63,11 +65,15 @@ struct RawUpstream {
 ///
 /// # Errors
 /// The file cannot be read or parsed, or an entry is not exactly one of the two shapes.
-pub fn from_file(path: &Path) -> Result<Vec<UpstreamSpec>, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("cannot read upstream configuration {}: {e}", path.display()))?;
-    let raw: RawFile = toml::from_str(&text)
-        .map_err(|e| format!("upstream configuration {}: {e}", path.display()))?;
+pub fn from_file(path: &Path) -> Result<Vec<UpstreamSpec>, SpecError> {
+    let text = std::fs::read_to_string(path).map_err(|source| SpecError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    let raw: RawFile = toml::from_str(&text).map_err(|source| SpecError::Parse {
+        path: path.to_owned(),
+        source,
+    })?;
     raw.upstreams
         .into_iter()
         .map(|(name, entry)| {
@@ -88,11 +94,7 @@ pub fn from_file(path: &Path) -> Result<Vec<UpstreamSpec>, String> {
                         bearer_env: entry.bearer_env,
                     }
                 }
-                _ => {
-                    return Err(format!(
-                        "upstream {name}: give either `command` (with args, env, cwd) or `url` (with bearer_env), not both or neither"
-                    ));
-                }
+                _ => return Err(SpecError::Shape { name }),
             };
             Ok(UpstreamSpec { name, target })
         })
@@ -103,10 +105,10 @@ pub fn from_file(path: &Path) -> Result<Vec<UpstreamSpec>, String> {
 ///
 /// # Errors
 /// No `=`, a bad name, an empty command, or unbalanced quotes.
-pub fn from_flag(flag: &str) -> Result<UpstreamSpec, String> {
-    let (name, rest) = flag
-        .split_once('=')
-        .ok_or_else(|| format!("--upstream {flag:?}: expected NAME=COMMAND… or NAME=URL"))?;
+pub fn from_flag(flag: &str) -> Result<UpstreamSpec, SpecError> {
+    let (name, rest) = flag.split_once('=').ok_or_else(|| SpecError::Flag {
+        flag: flag.to_owned(),
+    })?;
     check_name(name)?;
     let rest = rest.trim();
     if rest.starts_with("http://") || rest.starts_with("https://") {
@@ -119,8 +121,9 @@ pub fn from_flag(flag: &str) -> Result<UpstreamSpec, String> {
             },
         });
     }
-    let words =
-        shlex::split(rest).ok_or_else(|| format!("--upstream {name}: unbalanced quotes"))?;
+    let words = shlex::split(rest).ok_or_else(|| SpecError::Quotes {
+        name: name.to_owned(),
+    })?;
     from_command(name, &words)
 }
 
@@ -128,11 +131,11 @@ pub fn from_flag(flag: &str) -> Result<UpstreamSpec, String> {
 ///
 /// # Errors
 /// A bad name or no command.
-pub fn from_command(name: &str, words: &[String]) -> Result<UpstreamSpec, String> {
+pub fn from_command(name: &str, words: &[String]) -> Result<UpstreamSpec, SpecError> {
     check_name(name)?;
-    let (program, args) = words
-        .split_first()
-        .ok_or_else(|| format!("upstream {name}: no command given"))?;
+    let (program, args) = words.split_first().ok_or_else(|| SpecError::NoCommand {
+        name: name.to_owned(),
+    })?;
     Ok(UpstreamSpec {
         name: name.to_owned(),
         target: Target::Command {
@@ -145,7 +148,7 @@ pub fn from_command(name: &str, words: &[String]) -> Result<UpstreamSpec, String
 }
 
 /// Names become tool-name prefixes and lock-file keys: letters, digits, `-`, `_`, no `__`.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), SpecError> {
     let ok = !name.is_empty()
         && name.len() <= 32
         && name
@@ -155,9 +158,9 @@ fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "upstream name {name:?}: use 1-32 letters, digits, '-' or '_' (no '__', which separates it from tool names)"
-        ))
+        Err(SpecError::Name {
+            name: name.to_owned(),
+        })
     }
 }
 
@@ -166,24 +169,29 @@ fn check_name(name: &str) -> Result<(), String> {
 /// The URL is parsed, not pattern-matched: `http://127.0.0.1.example.com` and
 /// `http://localhost@example.com` are remote hosts. Credentials in the URL are refused (they would
 /// end up in logs); use `bearer_env`.
-fn check_url(text: &str) -> Result<(), String> {
-    let refuse = |why: &str| Err(format!("upstream URL {text:?}: {why}"));
+fn check_url(text: &str) -> Result<(), SpecError> {
+    let refuse = |problem| {
+        Err(SpecError::Url {
+            url: text.to_owned(),
+            problem,
+        })
+    };
     let Ok(url) = url::Url::parse(text) else {
-        return refuse("not a URL");
+        return refuse(UrlProblem::NotUrl);
     };
     if !url.username().is_empty() || url.password().is_some() {
-        return refuse("credentials do not belong in the URL; use bearer_env");
+        return refuse(UrlProblem::Credentials);
     }
     let loopback = match url.host() {
         Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
         Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
         Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => return refuse("no host"),
+        None => return refuse(UrlProblem::NoHost),
     };
     match url.scheme() {
         "https" => Ok(()),
         "http" if loopback => Ok(()),
-        _ => refuse("use https:// (plain http only to 127.0.0.1, localhost or [::1])"),
+        _ => refuse(UrlProblem::PlainHttp),
     }
 }
 
@@ -207,8 +215,19 @@ mod tests {
         }
     }
 
+    /// The error's message and the messages of its sources, as the command line prints them.
+    fn chain(error: &dyn std::error::Error) -> String {
+        let mut text = error.to_string();
+        let mut next = error.source();
+        while let Some(source) = next {
+            text = format!("{text}: {source}");
+            next = source.source();
+        }
+        text
+    }
+
     /// `text` as an upstream configuration file, parsed.
-    fn file(text: &str) -> Result<Vec<UpstreamSpec>, String> {
+    fn file(text: &str) -> Result<Vec<UpstreamSpec>, SpecError> {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("upstreams.toml");
         std::fs::write(&path, text).expect("write config");
@@ -260,7 +279,7 @@ mod tests {
 
     #[test]
     fn plain_http_to_another_machine_is_refused() {
-        let err = from_flag("a=http://example.com/mcp").expect_err("plain http elsewhere");
+        let err = chain(&from_flag("a=http://example.com/mcp").expect_err("plain http elsewhere"));
         assert!(err.contains("http://example.com/mcp"), "{err}");
         assert!(err.contains("https://"), "{err}");
     }
@@ -293,7 +312,8 @@ mod tests {
         let too_long = "a".repeat(33);
         for name in ["a__b", "", too_long.as_str(), "a b", "a.b", "a/b", "é"] {
             let err = from_flag(&format!("{name}=cmd"))
-                .expect_err(&format!("name {name:?} should be refused"));
+                .expect_err(&format!("name {name:?} should be refused"))
+                .to_string();
             assert!(err.contains("upstream name"), "{name:?}: {err}");
             assert!(
                 from_command(name, &["cmd".to_owned()]).is_err(),
@@ -313,14 +333,14 @@ mod tests {
 
     #[test]
     fn a_flag_without_an_equals_sign_is_refused() {
-        let err = from_flag("cmd --arg").expect_err("no `=`");
+        let err = chain(&from_flag("cmd --arg").expect_err("no `=`"));
         assert!(err.contains("NAME=COMMAND"), "{err}");
     }
 
     #[test]
     fn unbalanced_quotes_are_refused() {
         for flag in [r#"a=cmd "oops"#, "a=cmd 'oops"] {
-            let err = from_flag(flag).expect_err(flag);
+            let err = chain(&from_flag(flag).expect_err(flag));
             assert!(err.contains("unbalanced quotes"), "{flag}: {err}");
         }
     }
@@ -328,7 +348,7 @@ mod tests {
     #[test]
     fn an_empty_command_is_refused() {
         for flag in ["a=", "a=   "] {
-            let err = from_flag(flag).expect_err(flag);
+            let err = chain(&from_flag(flag).expect_err(flag));
             assert!(err.contains("no command given"), "{flag:?}: {err}");
         }
         assert!(from_command("a", &[]).is_err());
@@ -382,7 +402,7 @@ url = "http://127.0.0.1:3001/mcp"
 
     #[test]
     fn an_empty_file_has_no_upstreams() {
-        assert_eq!(file(""), Ok(Vec::new()));
+        assert_eq!(file("").expect("an empty file is valid"), []);
     }
 
     #[test]
@@ -410,7 +430,7 @@ url = "http://127.0.0.1:3001/mcp"
                 "[upstreams.x]\ncommand = \"c\"\nbearer_env = \"T\"\n",
             ),
         ] {
-            let err = file(text).expect_err(what);
+            let err = chain(&file(text).expect_err(what));
             assert!(err.contains("upstream x"), "{what}: {err}");
             assert!(err.contains("either"), "{what}: {err}");
         }
@@ -425,17 +445,18 @@ url = "http://127.0.0.1:3001/mcp"
             ),
             ("at the top", "upstream = 1\n"),
         ] {
-            let err = file(text).expect_err(what);
+            let err = chain(&file(text).expect_err(what));
             assert!(err.contains("unknown field"), "{what}: {err}");
         }
     }
 
     #[test]
     fn a_file_checks_names_and_urls_like_the_flag() {
-        let err = file("[upstreams.a__b]\ncommand = \"c\"\n").expect_err("bad name");
+        let err = chain(&file("[upstreams.a__b]\ncommand = \"c\"\n").expect_err("bad name"));
         assert!(err.contains("upstream name"), "{err}");
-        let err =
-            file("[upstreams.x]\nurl = \"http://example.com/mcp\"\n").expect_err("plain http");
+        let err = chain(
+            &file("[upstreams.x]\nurl = \"http://example.com/mcp\"\n").expect_err("plain http"),
+        );
         assert!(err.contains("https://"), "{err}");
     }
 
@@ -443,7 +464,7 @@ url = "http://127.0.0.1:3001/mcp"
     fn a_missing_file_names_its_path() {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("nowhere.toml");
-        let err = from_file(&path).expect_err("missing");
+        let err = chain(&from_file(&path).expect_err("missing"));
         assert!(err.contains(&path.display().to_string()), "{err}");
     }
 }

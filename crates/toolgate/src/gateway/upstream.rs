@@ -31,6 +31,7 @@ use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
+use super::error::{ConnectError, PassError};
 use super::progress::{self, Routes};
 use super::spec::{Target, UpstreamSpec};
 use crate::lock;
@@ -61,24 +62,6 @@ pub struct Upstream {
     legacy_only: AtomicBool,
 }
 
-/// Why a handshake did not produce a connection.
-#[derive(Debug)]
-enum Handshake {
-    /// The process could not be started, or its credentials are missing.
-    Transport(String),
-    /// The MCP handshake itself failed.
-    Failed(Box<ClientInitializeError>),
-}
-
-impl std::fmt::Display for Handshake {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Transport(why) => f.write_str(why),
-            Self::Failed(error) => write!(f, "MCP handshake failed: {error}"),
-        }
-    }
-}
-
 impl Upstream {
     pub(super) fn new(spec: UpstreamSpec, changed: Arc<Notify>) -> Arc<Self> {
         Arc::new(Self {
@@ -105,11 +88,13 @@ impl Upstream {
     }
 
     /// The live connection, or why there is none.
-    pub(super) fn peer(&self) -> Result<Peer<RoleClient>, String> {
-        lock(&self.peer).clone().ok_or_else(|| {
-            let why = lock(&self.down_because).clone();
-            format!("upstream {} is not connected ({why})", self.spec.name)
-        })
+    pub(super) fn peer(&self) -> Result<Peer<RoleClient>, PassError> {
+        lock(&self.peer)
+            .clone()
+            .ok_or_else(|| PassError::NotConnected {
+                upstream: self.spec.name.clone(),
+                why: lock(&self.down_because).clone(),
+            })
     }
 
     /// Waits until the first connection attempt has ended (connected or failed), at most `limit`.
@@ -122,11 +107,11 @@ impl Upstream {
     ///
     /// # Errors
     /// The upstream could not be started, did not complete the handshake or tools/list.
-    pub async fn probe(spec: UpstreamSpec) -> Result<Vec<Tool>, String> {
+    pub async fn probe(spec: UpstreamSpec) -> Result<Vec<Tool>, ConnectError> {
         let upstream = Self::new(spec, Arc::new(Notify::new()));
         let service = tokio::time::timeout(CONNECT_TIMEOUT, upstream.connect())
             .await
-            .map_err(|_| format!("it did not connect within {} s", CONNECT_TIMEOUT.as_secs()))??;
+            .map_err(|_| ConnectError::Timeout(CONNECT_TIMEOUT))??;
         let _ = service.cancel().await;
         Ok(upstream.tools().as_ref().clone())
     }
@@ -167,13 +152,13 @@ impl Upstream {
                 }
                 Ok(Err(why)) => {
                     tracing::error!(upstream = %self.spec.name, error = %why, retry_in_ms = backoff.as_millis(), "upstream did not connect");
-                    *lock(&self.down_because) = why;
+                    *lock(&self.down_because) = why.to_string();
                     self.tried.send_replace(true);
                 }
                 Err(_) => {
-                    let why = format!("it did not connect within {} s", CONNECT_TIMEOUT.as_secs());
+                    let why = ConnectError::Timeout(CONNECT_TIMEOUT);
                     tracing::error!(upstream = %self.spec.name, error = %why, "upstream did not connect");
-                    *lock(&self.down_because) = why;
+                    *lock(&self.down_because) = why.to_string();
                     self.tried.send_replace(true);
                 }
             }
@@ -188,7 +173,9 @@ impl Upstream {
     /// whose discover answer lists only `initialize` revisions (an rmcp server narrowed to them
     /// answers so, with -32022) is started again at once and spoken to with `initialize`; it is
     /// remembered, so restarts go straight there.
-    async fn connect(&self) -> Result<rmcp::service::RunningService<RoleClient, Handler>, String> {
+    async fn connect(
+        &self,
+    ) -> Result<rmcp::service::RunningService<RoleClient, Handler>, ConnectError> {
         let service = if self.legacy_only.load(Ordering::Relaxed) {
             self.handshake(ClientLifecycleMode::Initialize).await
         } else {
@@ -197,7 +184,7 @@ impl Upstream {
                 legacy_version: Some(ProtocolVersion::V_2025_11_25),
             };
             match self.handshake(auto).await {
-                Err(Handshake::Failed(error)) if legacy_only(&error) => {
+                Err(ConnectError::Handshake(error)) if legacy_only(&error) => {
                     tracing::info!(upstream = %self.spec.name, "upstream speaks only initialize revisions; reconnecting with initialize");
                     self.legacy_only.store(true, Ordering::Relaxed);
                     self.handshake(ClientLifecycleMode::Initialize).await
@@ -205,12 +192,12 @@ impl Upstream {
                 other => other,
             }
         };
-        let service = service.map_err(|e| e.to_string())?;
+        let service = service?;
         let tools = service
             .peer()
             .list_all_tools()
             .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
+            .map_err(ConnectError::ListTools)?;
         *self.tools.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(tools);
         Ok(service)
     }
@@ -219,7 +206,7 @@ impl Upstream {
     async fn handshake(
         &self,
         lifecycle: ClientLifecycleMode,
-    ) -> Result<rmcp::service::RunningService<RoleClient, Handler>, Handshake> {
+    ) -> Result<rmcp::service::RunningService<RoleClient, Handler>, ConnectError> {
         let handler = Handler {
             upstream: self.spec.name.clone(),
             tools: Arc::clone(&self.tools),
@@ -241,14 +228,17 @@ impl Upstream {
                 let (transport, stderr) = TokioChildProcess::builder(command)
                     .stderr(Stdio::piped())
                     .spawn()
-                    .map_err(|e| Handshake::Transport(format!("cannot start {program}: {e}")))?;
+                    .map_err(|error| ConnectError::Start {
+                        program: program.clone(),
+                        error,
+                    })?;
                 if let Some(stderr) = stderr {
                     relay_stderr(self.spec.name.clone(), stderr);
                 }
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
-                    .map_err(|e| Handshake::Failed(Box::new(e)))
+                    .map_err(|e| ConnectError::Handshake(Box::new(e)))
             }
             Target::Http { url, bearer_env } => {
                 crate::install_tls_provider();
@@ -256,18 +246,15 @@ impl Upstream {
                 if let Some(var) = bearer_env {
                     // The upstream's own credential, from the gateway's environment; never
                     // anything a caller of the gateway presented.
-                    let token = std::env::var(var).map_err(|_| {
-                        Handshake::Transport(format!(
-                            "{var} (the upstream's bearer token) is not set"
-                        ))
-                    })?;
+                    let token = std::env::var(var)
+                        .map_err(|_| ConnectError::NoToken { var: var.clone() })?;
                     config = config.auth_header(token);
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
-                    .map_err(|e| Handshake::Failed(Box::new(e)))
+                    .map_err(|e| ConnectError::Handshake(Box::new(e)))
             }
         }
     }
