@@ -7,6 +7,7 @@
 mod approvals;
 mod audit;
 mod demo;
+mod gate;
 mod http;
 mod identity;
 mod keys;
@@ -15,6 +16,7 @@ mod logging;
 mod pin;
 mod policy;
 mod proxy;
+mod runtime;
 mod serve;
 
 use std::process::ExitCode;
@@ -58,37 +60,18 @@ enum Command {
 fn main() -> ExitCode {
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    let cli = Cli::parse();
-    logging::init(match cli.command {
-        // rmcp's service logs three info lines per HTTP request (a service per stateless
-        // request): 10-15% of the server's CPU at saturation, and nothing an operator acts on.
-        Command::Serve(_) | Command::Proxy(_) => "info,rmcp::service=warn",
-        Command::Audit(_)
-        | Command::Demo(_)
-        | Command::Policy(_)
-        | Command::Approvals(_)
-        | Command::Killswitch(_)
-        | Command::Pin(_)
-        | Command::Keys(_) => "warn",
-    });
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // The gateway on stdio serves one client and waits on pipes and its journal's own thread;
-    // on one worker it does fewer cross-thread wake-ups: 14-25% more calls/s at 16 in flight and
-    // 0.05 ms less per sequential call (bench/proxy.sh, docs/performance.md). TOKIO_WORKER_THREADS
-    // still decides when it is set.
-    if matches!(&cli.command, Command::Proxy(args) if !args.http.enabled())
-        && std::env::var_os("TOKIO_WORKER_THREADS").is_none()
-    {
-        builder.worker_threads(1);
-    }
-    let runtime = match builder.enable_all().build() {
-        Ok(runtime) => runtime,
+    match run(Cli::parse()) {
+        Ok(code) => code,
         Err(err) => {
-            eprintln!("toolgate: cannot start the async runtime: {err}");
-            return ExitCode::from(2);
+            eprintln!("toolgate: {err:#}");
+            ExitCode::from(2)
         }
-    };
-    let result = runtime.block_on(async {
+    }
+}
+
+/// Runs the command on the runtime its kind needs (`runtime.rs`).
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    runtime::Shape::of(&cli.command).run(async move {
         match cli.command {
             Command::Serve(args) => serve::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
@@ -100,14 +83,5 @@ fn main() -> ExitCode {
             Command::Approvals(args) => approvals::run(args).await,
             Command::Killswitch(args) => killswitch::run(args).await,
         }
-    });
-    // Do not wait for a blocked stdin reader thread: every answer is already written.
-    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
-    match result {
-        Ok(code) => code,
-        Err(err) => {
-            eprintln!("toolgate: {err:#}");
-            ExitCode::from(2)
-        }
-    }
+    })
 }

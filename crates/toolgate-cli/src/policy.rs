@@ -13,8 +13,8 @@ use toolgate_core::answer::Kind;
 use toolgate_core::policy::Action;
 use toolgate_core::principal::Principal;
 
+use crate::gate::{check_policy, load_policy, local_principal, open_gates};
 use crate::proxy::Upstreams;
-use crate::serve::{check_policy, load_policy, local_principal, open_gates};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {

@@ -7,7 +7,6 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
 use rmcp::model::Tool;
@@ -15,7 +14,7 @@ use toolgate::gateway::{self, Gateway, Lock, Upstream, UpstreamSpec};
 use toolgate::toolset::Toolset;
 use toolgate_store::journal::Durability;
 
-use crate::serve::{check_policy, load_policy, open_gate, serve_gate};
+use crate::gate::{self, check_policy, load_policy};
 
 /// Where the upstreams are; shared by `proxy` and `pin`.
 #[derive(Debug, clap::Args)]
@@ -109,24 +108,11 @@ fn default_name(program: &str) -> String {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// Policy file (version 2 TOML, or the seed's JSON). For a gateway, `defaults.tier = "blocked"`
-    /// keeps a new upstream tool invisible until the policy names it.
-    #[arg(long, value_name = "FILE")]
-    policy: PathBuf,
-    /// Data directory: audit.jsonl and toolgate.db (approvals, kill switch, budgets,
-    /// idempotency keys). Created if missing.
-    #[arg(long, value_name = "DIR")]
-    data: PathBuf,
+    #[command(flatten)]
+    gate: gate::Args,
     /// Lock file of pinned tool definitions (default: the policy's path with `.lock`, if it exists).
     #[arg(long, value_name = "FILE")]
     lock: Option<PathBuf>,
-    /// A file holding one secret to redact everywhere. Repeatable.
-    #[arg(long = "secret-file", value_name = "FILE")]
-    secret_files: Vec<PathBuf>,
-    /// Seconds to let calls already received finish after stdin closes or SIGINT/SIGTERM
-    /// arrives (on stdio, calls held for an approval answer pending at once).
-    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
-    grace: f64,
     /// `synced`: every audit record is on disk before its call is answered. `buffered`: written
     /// in order before the answer, flushed by the OS (a power cut can lose the newest records).
     #[arg(long, value_name = "MODE", default_value = "synced")]
@@ -144,11 +130,10 @@ enum AuditMode {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let policy = load_policy(&args.policy)?;
+    let policy = load_policy(&args.gate.policy)?;
     let specs = args.upstreams.specs()?;
-    let lock = lock_for(&args.policy, args.lock.as_deref())?;
-    let grace =
-        Duration::try_from_secs_f64(args.grace).context("--grace must be a non-negative number")?;
+    let lock = lock_for(&args.gate.policy, args.lock.as_deref())?;
+    let grace = args.gate.grace()?;
     let policy_sha256 = policy.sha256().to_owned();
     let durability = match args.audit {
         AuditMode::Synced => Durability::Synced,
@@ -157,7 +142,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Durability::Buffered
         }
     };
-    let gate = open_gate(policy, &args.data, &args.secret_files, durability).await?;
+    let gate = gate::open(&args.gate, policy, durability).await?;
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let gateway = Gateway::start(specs, lock, gate.clone()).await;
     for warning in check_policy(gate.policy(), &gateway)? {
@@ -165,13 +150,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     tracing::info!(
         policy_sha256,
-        data = %args.data.display(),
+        data = %args.gate.data.display(),
         upstreams = ?names,
         tools = gateway.catalog().tools().len(),
         head = %gate.journal().head(),
         "toolgate proxy serving"
     );
-    serve_gate(gate, Arc::new(gateway), grace, &args.http).await
+    gate::serve(gate, Arc::new(gateway), grace, &args.http).await
 }
 
 /// The lock to enforce: the one named, else the policy's own if it exists, else none (said

@@ -1,0 +1,178 @@
+//! The wiring `serve` and `proxy` share: their common flags, the policy loaded and checked against
+//! the tools served, the gate opened on the data directory (journal repaired after a crash,
+//! approval queue, state and idempotency stores, redactor, open gate switches, the local caller),
+//! and the loop that serves it on stdio or HTTP.
+//!
+//! Both commands build the same gate the same way, so a difference between the kit and the gateway
+//! is always in what they serve, never in how they are gated.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use toolgate::server::Gate;
+use toolgate::{GateServer, stdio, toolset};
+use toolgate_core::policy::Policy;
+use toolgate_core::principal::Principal;
+use toolgate_core::redact::Redactor;
+use toolgate_core::secret::Secret;
+use toolgate_store::approval::ApprovalStore;
+use toolgate_store::idempotency::IdempotencyStore;
+use toolgate_store::journal::{Durability, Journal};
+use toolgate_store::state::StateStore;
+
+/// The flags of a gated server, the same for `serve` and `proxy`.
+#[derive(Debug, clap::Args)]
+// Flattened into commands whose own flags are `Args` too: an argument group of the same name
+// would collide, and nothing here needs one.
+#[group(skip)]
+pub(crate) struct Args {
+    /// Policy file: version 2 TOML, or the seed's policy.json (version 1). Read once at start.
+    /// With `proxy`, `defaults.tier = "blocked"` keeps a new upstream tool invisible until the
+    /// policy names it.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) policy: PathBuf,
+    /// Data directory: audit.jsonl, toolgate.db (approvals, kill switch, budgets, idempotency
+    /// keys) and the toolsets' own state (ledger.wal, …) live here. Created if missing.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) data: PathBuf,
+    /// A file holding one secret (e.g. an API key the tools use): its value is redacted from every
+    /// log line, error and echoed argument. Repeatable. Read at start, never printed.
+    #[arg(long = "secret-file", value_name = "FILE")]
+    secret_files: Vec<PathBuf>,
+    /// Seconds to let calls already received finish after stdin closes or SIGINT/SIGTERM
+    /// arrives (calls held for an approval answer pending at once).
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    grace: f64,
+}
+
+impl Args {
+    /// `--grace` as a duration.
+    pub(crate) fn grace(&self) -> anyhow::Result<Duration> {
+        Duration::try_from_secs_f64(self.grace).context("--grace must be a non-negative number")
+    }
+}
+
+/// Loads and validates a policy file (version 1 JSON or version 2 TOML).
+pub(crate) fn load_policy(path: &Path) -> anyhow::Result<Policy> {
+    let bytes =
+        std::fs::read(path).with_context(|| format!("cannot read policy {}", path.display()))?;
+    Policy::from_bytes(&bytes).with_context(|| format!("cannot load policy {}", path.display()))
+}
+
+/// Checks the policy against the tools really served: errors stop start-up, warnings are returned.
+pub(crate) fn check_policy(
+    policy: &Policy,
+    toolset: &dyn toolset::Toolset,
+) -> anyhow::Result<Vec<String>> {
+    let catalog = toolset.catalog();
+    policy
+        .check_tools(&catalog.argument_types())
+        .context("policy does not fit the served tools")
+}
+
+/// The values of a gate variable that switch a gated tool on (seed 004), in any case.
+const ENABLING: &[&str] = &["1", "true", "yes", "on", "enable", "enabled", "allow"];
+
+/// Gate variables of this policy that are set to an enabling value in the environment.
+pub(crate) fn open_gates(policy: &Policy) -> BTreeSet<String> {
+    policy
+        .tools()
+        .filter(|(_, rule)| rule.gated)
+        .map(|(name, _)| policy.gate_env(name))
+        .filter(|env| {
+            // A gate switch is an environment variable by design (seed 004): the person starting
+            // the server opens it, and the library is told which are open.
+            let value = std::env::var(env);
+            value.is_ok_and(|v| ENABLING.iter().any(|e| v.trim().eq_ignore_ascii_case(e)))
+        })
+        .collect()
+}
+
+/// Who calls on stdio: the local user this process runs as.
+pub(crate) fn local_principal() -> Principal {
+    Principal::new(format!("local:{}", crate::identity::os_user()))
+}
+
+/// Everything a gate needs from the data directory: the journal (repaired after a crash), the
+/// approval queue, the state and idempotency stores; the redactor, which knows the secrets of
+/// `--secret-file` and is installed for the log too; gate switches.
+pub(crate) async fn open(
+    args: &Args,
+    policy: Policy,
+    durability: Durability,
+) -> anyhow::Result<Gate> {
+    let redactor = Redactor::new(read_secrets(&args.secret_files)?);
+    crate::logging::use_redactor(Arc::new(redactor.clone()));
+    let data = &args.data;
+    let (journal, recovery) = Journal::open_with(data, durability)
+        .with_context(|| format!("cannot open data directory {}", data.display()))?;
+    if let Some((aside, bytes)) = &recovery.torn_audit {
+        tracing::warn!(moved_to = %aside.display(), bytes, "torn audit tail moved aside; recovery record appended");
+    }
+    if recovery.torn_wal_bytes > 0 || recovery.replayed > 0 {
+        tracing::warn!(
+            torn_wal_bytes = recovery.torn_wal_bytes,
+            replayed = recovery.replayed,
+            "journal repaired after a crash"
+        );
+    }
+    let approvals = ApprovalStore::open(data)
+        .await
+        .context("cannot open the approval queue")?;
+    let state = StateStore::beside(&approvals, data).context("cannot open the state store")?;
+    let idempotency = IdempotencyStore::beside(&approvals);
+    let open = open_gates(&policy);
+    Ok(Gate::new(policy, journal)
+        .with_approvals(approvals)
+        .with_state(state)
+        .with_idempotency(idempotency)
+        .with_redactor(redactor)
+        .with_open_gates(open)
+        .with_principal(local_principal()))
+}
+
+/// One secret per `--secret-file`, trimmed.
+fn read_secrets(files: &[PathBuf]) -> anyhow::Result<Vec<Secret>> {
+    files
+        .iter()
+        .map(|file| {
+            let value = std::fs::read_to_string(file)
+                .with_context(|| format!("cannot read secret file {}", file.display()))?;
+            Ok(Secret::new(value.trim().to_owned()))
+        })
+        .collect()
+}
+
+/// Serves `toolset` behind `gate` on stdio until stdin closes or SIGINT/SIGTERM, or on HTTP
+/// (`--http`) until SIGINT/SIGTERM; then calls already received get the grace period to finish.
+pub(crate) async fn serve(
+    gate: Gate,
+    toolset: Arc<dyn toolset::Toolset>,
+    grace: Duration,
+    http: &crate::http::HttpArgs,
+) -> anyhow::Result<ExitCode> {
+    let journal = gate.journal().clone();
+    let sweeper = tokio::spawn(toolgate::server::audit_resolutions(gate.clone()));
+    let server = GateServer::new(gate, toolset);
+    if http.enabled() {
+        crate::http::serve(server, http, grace).await?;
+    } else {
+        stdio::serve(server, grace)
+            .await
+            .context("stdio transport failed")?;
+    }
+    sweeper.abort();
+    let stats = journal.stats();
+    tracing::info!(
+        records = stats.records,
+        syncs = stats.syncs,
+        batches = stats.batches,
+        head = %journal.head(),
+        "journal stats at exit"
+    );
+    Ok(ExitCode::SUCCESS)
+}
