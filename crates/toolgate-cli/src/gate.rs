@@ -4,7 +4,9 @@
 //! and the loop that serves it on stdio or HTTP.
 //!
 //! Both commands build the same gate the same way, so a difference between the kit and the gateway
-//! is always in what they serve, never in how they are gated.
+//! is always in what they serve, never in how they are gated. The secrets come in from here (files
+//! the flags name, credentials the caller read from the environment): the library never reads
+//! either.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -86,6 +88,7 @@ pub(crate) fn open_gates(policy: &Policy) -> BTreeSet<String> {
         .filter(|env| {
             // A gate switch is an environment variable by design (seed 004): the person starting
             // the server opens it, and the library is told which are open.
+            #[allow(clippy::disallowed_methods)]
             let value = std::env::var(env);
             value.is_ok_and(|v| ENABLING.iter().any(|e| v.trim().eq_ignore_ascii_case(e)))
         })
@@ -99,13 +102,17 @@ pub(crate) fn local_principal() -> Principal {
 
 /// Everything a gate needs from the data directory: the journal (repaired after a crash), the
 /// approval queue, the state and idempotency stores; the redactor, which knows the secrets of
-/// `--secret-file` and is installed for the log too; gate switches.
+/// `--secret-file` and `credentials` (the command's own, such as upstream tokens) and is
+/// installed for the log too; gate switches.
 pub(crate) async fn open(
     args: &Args,
     policy: Policy,
     durability: Durability,
+    credentials: impl IntoIterator<Item = Secret>,
 ) -> anyhow::Result<Gate> {
-    let redactor = Redactor::new(read_secrets(&args.secret_files)?);
+    let mut secrets = read_secrets(&args.secret_files)?;
+    secrets.extend(credentials);
+    let redactor = Redactor::new(secrets);
     crate::logging::use_redactor(Arc::new(redactor.clone()));
     let data = &args.data;
     let (journal, recovery) = Journal::open_with(data, durability)

@@ -4,14 +4,17 @@
 //! `--config FILE`. The lock file (`--lock`, or the policy's path with `.lock` when it exists)
 //! pins tool definitions; without one the gateway says so at start and pins nothing.
 
+use std::env::VarError;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use rmcp::model::Tool;
-use toolgate::gateway::{self, Gateway, Lock, Upstream, UpstreamSpec};
+use toolgate::gateway::{self, Gateway, Lock, Target, Upstream, UpstreamSpec};
 use toolgate::toolset::Toolset;
+use toolgate_core::redact::Redactor;
+use toolgate_core::secret::Secret;
 use toolgate_store::journal::Durability;
 
 use crate::gate::{self, check_policy, load_policy};
@@ -41,6 +44,7 @@ impl Upstreams {
         self.config.is_some() || !self.upstreams.is_empty() || !self.command.is_empty()
     }
 
+    /// The upstreams named, each HTTP upstream with the bearer token its `bearer_env` names.
     pub(crate) fn specs(&self) -> anyhow::Result<Vec<UpstreamSpec>> {
         let mut specs = Vec::new();
         if let Some(path) = &self.config {
@@ -64,14 +68,17 @@ impl Upstreams {
         if let Some(pair) = names.windows(2).find(|w| w[0] == w[1]) {
             bail!("two upstreams are named {:?}", pair[0]);
         }
-        Ok(specs)
+        specs.into_iter().map(with_token).collect()
     }
 
     /// Starts each upstream once and reads its tools (for `pin` and `policy check`), in the
     /// order given, each with its upstream's name.
     pub(crate) async fn probe(&self) -> anyhow::Result<Vec<(String, Vec<Tool>)>> {
+        let specs = self.specs()?;
+        // Nothing here is gated, but an upstream's stderr is logged: keep its token out of it.
+        crate::logging::use_redactor(Arc::new(Redactor::new(tokens(&specs))));
         let mut fetched = Vec::new();
-        for spec in self.specs()? {
+        for spec in specs {
             let name = spec.name.clone();
             let tools = Upstream::probe(spec)
                 .await
@@ -80,6 +87,45 @@ impl Upstreams {
         }
         Ok(fetched)
     }
+}
+
+/// `spec` with the token of its `bearer_env`, read from this process's environment: the
+/// upstream's own credential, never anything a caller of the gateway presents. A variable that
+/// is not set stops start-up, as the environment cannot change while the gateway runs.
+fn with_token(spec: UpstreamSpec) -> anyhow::Result<UpstreamSpec> {
+    let Target::Http {
+        bearer_env: Some(var),
+        ..
+    } = &spec.target
+    else {
+        return Ok(spec);
+    };
+    // The one credential the configuration names by variable: read here, at the edge, so the
+    // library holds it only as a `Secret`.
+    #[allow(clippy::disallowed_methods)]
+    let token = match std::env::var(var) {
+        Ok(token) => token,
+        Err(VarError::NotPresent) => bail!(
+            "upstream {}: {var} (the upstream's bearer token) is not set",
+            spec.name
+        ),
+        Err(VarError::NotUnicode(_)) => bail!(
+            "upstream {}: {var} (the upstream's bearer token) is not valid Unicode",
+            spec.name
+        ),
+    };
+    Ok(spec.with_bearer(Secret::new(token)))
+}
+
+/// The upstreams' bearer tokens, for the redactor.
+fn tokens(specs: &[UpstreamSpec]) -> Vec<Secret> {
+    specs
+        .iter()
+        .filter_map(|spec| match &spec.target {
+            Target::Http { bearer, .. } => bearer.clone(),
+            Target::Command { .. } => None,
+        })
+        .collect()
 }
 
 /// The command's file name, reduced to the characters an upstream name may hold.
@@ -142,7 +188,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             Durability::Buffered
         }
     };
-    let gate = gate::open(&args.gate, policy, durability).await?;
+    let gate = gate::open(&args.gate, policy, durability, tokens(&specs)).await?;
     let names: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     let gateway = Gateway::start(specs, lock, gate.clone()).await;
     for warning in check_policy(gate.policy(), &gateway)? {

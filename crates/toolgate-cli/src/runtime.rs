@@ -60,6 +60,7 @@ impl Shape {
         crate::logging::init(self.log_filter);
         let mut builder = tokio::runtime::Builder::new_multi_thread();
         // tokio's own variable still decides when it is set, as it does for every tokio program.
+        #[allow(clippy::disallowed_methods)]
         let workers_set = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
         if self.one_worker && !workers_set {
             builder.worker_threads(1);

@@ -45,7 +45,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let toolset = toolset::by_name(&args.toolset, &args.gate.data, &options)?;
     let grace = args.gate.grace()?;
     let policy_sha256 = policy.sha256().to_owned();
-    let gate = gate::open(&args.gate, policy, Durability::Synced).await?;
+    let gate = gate::open(&args.gate, policy, Durability::Synced, []).await?;
     tracing::info!(
         policy_sha256,
         data = %args.gate.data.display(),

@@ -95,8 +95,9 @@ pub enum ConnectError {
         program: String,
         error: std::io::Error,
     },
-    /// The variable the specification's `bearer_env` names is not set.
-    #[error("{var} (the upstream's bearer token) is not set")]
+    /// The specification names `bearer_env`, but the caller gave no token for it (the command line
+    /// reads it from its environment and passes it in).
+    #[error("no bearer token was given for {var}")]
     NoToken { var: String },
     #[error("MCP handshake failed: {0}")]
     Handshake(Box<ClientInitializeError>),

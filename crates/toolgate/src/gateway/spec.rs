@@ -2,13 +2,15 @@
 //! from a TOML file or from `--upstream NAME=…` on the command line.
 //!
 //! Upstream credentials belong to the upstream's own entry (`env` for a child process,
-//! `bearer_env` for HTTP, read from the gateway's environment at connect time); nothing the
-//! gateway's own callers present is ever passed on.
+//! `bearer_env` for HTTP); nothing the gateway's own callers present is ever passed on. This
+//! module only parses: the token `bearer_env` names is read by whoever owns the environment (the
+//! command line) and handed over as a [`Secret`] with [`UpstreamSpec::with_bearer`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use toolgate_core::secret::Secret;
 
 use super::error::{SpecError, UrlProblem};
 
@@ -22,7 +24,7 @@ pub struct UpstreamSpec {
 }
 
 /// Where an upstream is.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub enum Target {
     /// A child process speaking MCP on its stdio.
     Command {
@@ -37,7 +39,59 @@ pub enum Target {
         url: String,
         /// Environment variable holding the upstream's own bearer token, if it needs one.
         bearer_env: Option<String>,
+        /// That token, once read ([`UpstreamSpec::with_bearer`]). Connecting refuses to go on
+        /// without it when `bearer_env` is set.
+        bearer: Option<Secret>,
     },
+}
+
+/// Equal when they name the same upstream the same way. Tokens are compared only for being there:
+/// [`Secret::expose`] stays the one reader of a secret.
+impl PartialEq for Target {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (
+                Self::Command {
+                    program,
+                    args,
+                    env,
+                    cwd,
+                },
+                Self::Command {
+                    program: p,
+                    args: a,
+                    env: e,
+                    cwd: c,
+                },
+            ) => (program, args, env, cwd) == (p, a, e, c),
+            (
+                Self::Http {
+                    url,
+                    bearer_env,
+                    bearer,
+                },
+                Self::Http {
+                    url: u,
+                    bearer_env: b,
+                    bearer: t,
+                },
+            ) => (url, bearer_env, bearer.is_some()) == (u, b, t.is_some()),
+            _ => false,
+        }
+    }
+}
+
+impl Eq for Target {}
+
+impl UpstreamSpec {
+    /// The spec with the token its `bearer_env` names. No effect on an upstream that is not HTTP.
+    #[must_use]
+    pub fn with_bearer(mut self, token: Secret) -> Self {
+        if let Target::Http { bearer, .. } = &mut self.target {
+            *bearer = Some(token);
+        }
+        self
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -92,6 +146,7 @@ pub fn from_file(path: &Path) -> Result<Vec<UpstreamSpec>, SpecError> {
                     Target::Http {
                         url,
                         bearer_env: entry.bearer_env,
+                        bearer: None,
                     }
                 }
                 _ => return Err(SpecError::Shape { name }),
@@ -118,6 +173,7 @@ pub fn from_flag(flag: &str) -> Result<UpstreamSpec, SpecError> {
             target: Target::Http {
                 url: rest.to_owned(),
                 bearer_env: None,
+                bearer: None,
             },
         });
     }
@@ -212,6 +268,7 @@ mod tests {
         Target::Http {
             url: url.to_owned(),
             bearer_env: None,
+            bearer: None,
         }
     }
 
@@ -381,6 +438,7 @@ url = "http://127.0.0.1:3001/mcp"
                     target: Target::Http {
                         url: "https://ev.example/mcp".to_owned(),
                         bearer_env: Some("EV_TOKEN".to_owned()),
+                        bearer: None,
                     },
                 },
                 UpstreamSpec {
@@ -458,6 +516,19 @@ url = "http://127.0.0.1:3001/mcp"
             &file("[upstreams.x]\nurl = \"http://example.com/mcp\"\n").expect_err("plain http"),
         );
         assert!(err.contains("https://"), "{err}");
+    }
+
+    #[test]
+    fn a_token_is_never_printed_with_its_spec() {
+        let spec = from_flag("a=https://x/mcp")
+            .expect("https")
+            .with_bearer(Secret::new("t0ken-in-memory"));
+        let printed = format!("{spec:?}");
+        assert!(!printed.contains("t0ken-in-memory"), "{printed}");
+        assert!(printed.contains("<redacted>"), "{printed}");
+        // A command upstream has no bearer token to take.
+        let command = from_flag("b=cmd").expect("command");
+        assert_eq!(command.clone().with_bearer(Secret::new("x")), command);
     }
 
     #[test]

@@ -240,15 +240,20 @@ impl Upstream {
                     .await
                     .map_err(|e| ConnectError::Handshake(Box::new(e)))
             }
-            Target::Http { url, bearer_env } => {
+            Target::Http {
+                url,
+                bearer_env,
+                bearer,
+            } => {
                 crate::install_tls_provider();
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-                if let Some(var) = bearer_env {
-                    // The upstream's own credential, from the gateway's environment; never
-                    // anything a caller of the gateway presented.
-                    let token = std::env::var(var)
-                        .map_err(|_| ConnectError::NoToken { var: var.clone() })?;
-                    config = config.auth_header(token);
+                // The upstream's own credential, read by whoever started the gateway; never
+                // anything a caller of the gateway presented. One that is named but missing
+                // stops the connection rather than calling without it.
+                match (bearer, bearer_env) {
+                    (Some(token), _) => config = config.auth_header(token.expose()),
+                    (None, Some(var)) => return Err(ConnectError::NoToken { var: var.clone() }),
+                    (None, None) => {}
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
                 handler
@@ -475,4 +480,45 @@ fn relay_stderr(upstream: String, stderr: tokio::process::ChildStderr) {
             tracing::info!(upstream = %upstream, "upstream stderr: {line}");
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use toolgate_core::secret::Secret;
+
+    use super::*;
+
+    fn http(bearer_env: Option<&str>) -> UpstreamSpec {
+        UpstreamSpec {
+            name: "up".to_owned(),
+            target: Target::Http {
+                // Nothing listens on port 1 of this machine.
+                url: "http://127.0.0.1:1/mcp".to_owned(),
+                bearer_env: bearer_env.map(str::to_owned),
+                bearer: None,
+            },
+        }
+    }
+
+    /// The token comes from whoever built the spec, never from the environment: `PATH` is set
+    /// wherever tests run, and a library that read it would have sent it as the credential.
+    #[tokio::test]
+    async fn a_named_token_that_was_not_given_stops_the_connection_before_it_is_tried() {
+        let error = Upstream::probe(http(Some("PATH")))
+            .await
+            .expect_err("no token was given");
+        assert!(
+            matches!(&error, ConnectError::NoToken { var } if var == "PATH"),
+            "{error}"
+        );
+    }
+
+    /// With the token given, the connection is tried (and fails here: nothing listens).
+    #[tokio::test]
+    async fn a_given_token_lets_the_connection_be_tried() {
+        let spec = http(Some("PATH")).with_bearer(Secret::new("t0ken"));
+        let error = Upstream::probe(spec).await.expect_err("nothing listens");
+        assert!(matches!(error, ConnectError::Handshake(_)), "{error}");
+        assert!(!error.to_string().contains("t0ken"), "{error}");
+    }
 }

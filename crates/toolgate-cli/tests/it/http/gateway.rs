@@ -63,23 +63,28 @@ impl Drop for Recorder {
     }
 }
 
-#[test]
-fn the_callers_token_never_reaches_the_upstream_and_the_caller_is_its_subject() {
-    let scratch = Scratch::with_policy_text("gateway", POLICY);
-    let headers_log = scratch.path("upstream-headers.jsonl");
-    let recorder = Recorder::start(&headers_log);
+/// The gateway's own credential for the recorder, in the variable the configuration names.
+const UPSTREAM_TOKEN: &str = "the-gateways-own-credential";
+
+/// An upstream configuration naming the recorder at `port`, its token in `REC_TOKEN`.
+fn recorder_config(scratch: &Scratch, port: u16) -> std::path::PathBuf {
     let config = scratch.path("upstreams.toml");
     std::fs::write(
         &config,
         format!(
-            "[upstreams.rec]\nurl = \"http://127.0.0.1:{}/mcp\"\nbearer_env = \"REC_TOKEN\"\n",
-            recorder.port
+            "[upstreams.rec]\nurl = \"http://127.0.0.1:{port}/mcp\"\nbearer_env = \"REC_TOKEN\"\n"
         ),
     )
     .expect("config");
-    let signer = Signer::p256("ec-1");
+    config
+}
+
+/// `toolgate proxy --http` in front of `recorder` (its token in the environment), trusting
+/// `signer`'s tokens, started.
+fn proxy_in_front_of(scratch: &Scratch, recorder: &Recorder, signer: &Signer) -> HttpServer {
+    let config = recorder_config(scratch, recorder.port);
     let jwks_file = scratch.path("jwks.json");
-    std::fs::write(&jwks_file, jwks(&[&signer]).to_string()).expect("jwks");
+    std::fs::write(&jwks_file, jwks(&[signer]).to_string()).expect("jwks");
     let mut command = Command::new(env!("CARGO_BIN_EXE_toolgate"));
     command
         .arg("proxy")
@@ -91,8 +96,17 @@ fn the_callers_token_never_reaches_the_upstream_and_the_caller_is_its_subject() 
         .arg(&config)
         .args(["--http", "127.0.0.1:0", "--issuer", ISSUER, "--jwks-file"])
         .arg(&jwks_file)
-        .env("REC_TOKEN", "the-gateways-own-credential");
-    let server = HttpServer::spawn(command, &scratch.path("proxy.log"));
+        .env("REC_TOKEN", UPSTREAM_TOKEN);
+    HttpServer::spawn(command, &scratch.path("proxy.log"))
+}
+
+#[test]
+fn the_callers_token_never_reaches_the_upstream_and_the_caller_is_its_subject() {
+    let scratch = Scratch::with_policy_text("gateway", POLICY);
+    let headers_log = scratch.path("upstream-headers.jsonl");
+    let recorder = Recorder::start(&headers_log);
+    let signer = Signer::p256("ec-1");
+    let server = proxy_in_front_of(&scratch, &recorder, &signer);
     let resource = server.resource();
 
     let alice = signer.sign(&claims(&resource, "user-alice", "echo:use"));
@@ -116,7 +130,7 @@ fn the_callers_token_never_reaches_the_upstream_and_the_caller_is_its_subject() 
         let headers = request["headers"].as_object().expect("headers");
         assert_eq!(
             headers.get("authorization"),
-            Some(&json!("Bearer the-gateways-own-credential")),
+            Some(&json!(format!("Bearer {UPSTREAM_TOKEN}"))),
             "{request}"
         );
         for (name, value) in headers {
@@ -138,4 +152,68 @@ fn the_callers_token_never_reaches_the_upstream_and_the_caller_is_its_subject() 
     );
     server.stop();
     assert_audit_verifies(&scratch);
+}
+
+/// The upstream's token is a secret of the gateway's: when the upstream echoes it back, the caller
+/// gets it redacted, and neither the audit log nor the gateway's log holds it.
+#[test]
+fn the_upstreams_token_echoed_back_is_redacted_from_the_answer_the_audit_and_the_log() {
+    let scratch = Scratch::with_policy_text("gateway", POLICY);
+    let recorder = Recorder::start(&scratch.path("upstream-headers.jsonl"));
+    let signer = Signer::p256("ec-1");
+    let server = proxy_in_front_of(&scratch, &recorder, &signer);
+    let alice = signer.sign(&claims(&server.resource(), "user-alice", "echo:use"));
+    let result = server.call_result(&alice, "echo", json!({"text": UPSTREAM_TOKEN}));
+    let answer = result.to_string();
+    assert!(
+        !answer.contains(UPSTREAM_TOKEN),
+        "the token reached the caller: {answer}"
+    );
+    assert!(answer.contains("[REDACTED]"), "{answer}");
+    assert!(
+        records_of(&scratch, "echo")
+            .iter()
+            .any(|r| r["upstream"] == "rec"),
+        "the call was audited"
+    );
+    server.stop();
+    let audit = std::fs::read_to_string(scratch.audit()).expect("audit log");
+    assert!(
+        !audit.contains(UPSTREAM_TOKEN),
+        "the token is in the audit log"
+    );
+    let log = std::fs::read_to_string(scratch.path("proxy.log")).expect("proxy log");
+    assert!(
+        !log.contains(UPSTREAM_TOKEN),
+        "the token is in the log: {log}"
+    );
+    assert_audit_verifies(&scratch);
+}
+
+/// A `bearer_env` that is not set is a configuration that cannot run: the gateway stops at start
+/// (exit 2), naming the upstream and the variable, before it opens its data directory.
+#[test]
+fn an_upstream_token_variable_that_is_not_set_stops_start_up() {
+    let scratch = Scratch::with_policy_text("gateway", POLICY);
+    // Nothing listens on port 1, and nothing may try: start-up stops before connecting.
+    let config = recorder_config(&scratch, 1);
+    let out = assert_cmd::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .arg("proxy")
+        .arg("--policy")
+        .arg(scratch.path(&scratch.policy))
+        .arg("--data")
+        .arg(scratch.data())
+        .arg("--config")
+        .arg(&config)
+        .env_remove("REC_TOKEN")
+        .timeout(Duration::from_secs(60))
+        .output()
+        .expect("run toolgate proxy");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("upstream rec: REC_TOKEN (the upstream's bearer token) is not set"),
+        "{stderr}"
+    );
+    assert!(!scratch.data().exists(), "the data directory was opened");
 }
