@@ -14,7 +14,7 @@ use crate::gate::{self, check_policy, load_policy};
 pub(crate) struct Args {
     #[command(flatten)]
     gate: gate::Args,
-    /// Built-in toolset to serve: ledger, notes or orders.
+    /// Built-in toolset to serve: ledger, notes, orders, helpdesk or docs.
     #[arg(long, default_value = "ledger")]
     toolset: String,
     /// docs toolset: a host `fetch_doc` may fetch from. Repeatable; default: the built-in

@@ -47,11 +47,8 @@ pub fn write(value: &Value, out: &mut Vec<u8>) {
 
 /// Appends the canonical form of the object `map` to `out`.
 pub fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
-    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-    // Byte order of UTF-8 is code-point order, which is what Python's sort_keys uses.
-    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     out.push(b'{');
-    for (i, (key, item)) in entries.into_iter().enumerate() {
+    for (i, (key, item)) in sorted(map).into_iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
@@ -60,6 +57,14 @@ pub fn write_object(map: &Map<String, Value>, out: &mut Vec<u8>) {
         write(item, out);
     }
     out.push(b'}');
+}
+
+/// The members of `map` in canonical order.
+pub(crate) fn sorted(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
+    let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+    // Byte order of UTF-8 is code-point order, which is what Python's sort_keys uses.
+    entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    entries
 }
 
 /// Appends `s` as a JSON string literal in canonical form.

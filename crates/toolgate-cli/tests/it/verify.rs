@@ -103,3 +103,36 @@ fn an_unreadable_file_exits_2() {
             .contains("cannot read audit log")
     );
 }
+
+#[test]
+fn a_forged_duplicate_decision_is_broken_at_its_line() {
+    // Line 4 records a denied `rm_rf`. A forged `"decision":"allow"` placed before the real member
+    // leaves the content's hash unchanged (serde_json keeps the last member) while `grep` and
+    // first-member readers see "allow".
+    let text = std::fs::read_to_string(vector("audit-chain-good.jsonl")).unwrap();
+    let mut lines: Vec<String> = text.split_inclusive('\n').map(str::to_owned).collect();
+    assert!(lines[3].contains(r#""decision":"deny","method":"tools/call","name":"rm_rf""#));
+    lines[3] = lines[3].replace(
+        r#""decision":"deny""#,
+        r#""decision":"allow","decision":"deny""#,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let forged = dir.path().join("audit.jsonl");
+    std::fs::write(&forged, lines.concat()).unwrap();
+
+    let (code, report) = verify_json(&forged);
+    assert_eq!(code, 1, "{report}");
+    assert_eq!(report["broken"]["line"], 4, "{report}");
+    assert_eq!(report["records"], 3, "{report}");
+    let out = toolgate()
+        .args(["audit", "verify"])
+        .arg(&forged)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.starts_with(r#"broken at line 4: duplicate key "decision""#),
+        "{stdout}"
+    );
+}

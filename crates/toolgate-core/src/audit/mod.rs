@@ -6,9 +6,11 @@
 //!
 //! This module owns the format and nothing else: it never touches a file. The writer
 //! (`toolgate-store`) and the verifier (`toolgate audit verify`) both go through [`Chain::seal`] and
-//! [`verify`], so the encoder that writes a record is the one that checks it.
+//! [`verify`], so the encoder that writes a record is the one that checks it. The check is on bytes:
+//! a line verifies only if it is exactly the canonical encoding of its own content.
 
 mod scan;
+mod strict;
 mod verify;
 
 #[cfg(test)]
@@ -260,7 +262,8 @@ pub fn record_hash(prev: &str, body: &[u8]) -> String {
     hex::encode(hasher.finalize())
 }
 
-/// The `sha256` of one complete line, if it is a record whose own hash matches its content.
+/// The `sha256` of one complete line, if it is a canonical record whose own hash matches its
+/// content.
 ///
 /// Used at start to recover the head from the last line without reading the whole file.
 #[must_use]

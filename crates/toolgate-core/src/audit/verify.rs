@@ -1,12 +1,16 @@
 //! Streaming verification of an audit file: one pass, constant memory, first break wins.
+//!
+//! A line verifies only if it is exactly the canonical encoding of its own content (see
+//! [`super::strict`] for why bytes and not content), its hash matches, and it links to the line before.
 
 use std::io::{self, BufRead};
+use std::ops::Range;
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{GENESIS, record_hash, scan};
-use crate::canonical;
+use super::strict::{self, NOT_RECORD};
+use super::{GENESIS, scan};
 
 /// Why a file is not an intact chain, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,7 +74,7 @@ pub fn verify<R: BufRead>(mut reader: R, expect_head: Option<&str>) -> Result<Re
         };
         let checked = match check_line(body) {
             Ok(checked) => checked,
-            Err(reason) => return Ok(broken(number, reason, head, records)),
+            Err(reason) => return Ok(broken(number, &reason, head, records)),
         };
         if checked.prev != head {
             return Ok(broken(
@@ -120,36 +124,35 @@ pub(super) struct Checked {
     pub(super) computed: String,
 }
 
-/// Checks one line without its newline. The fast path hashes the bytes as they are when the line
-/// is already canonical (what the writer produces); anything else is parsed and re-encoded.
-pub(super) fn check_line(body: &[u8]) -> Result<Checked, &'static str> {
-    if let Some(fast) = scan::canonical_record(body) {
-        let prev = std::str::from_utf8(&body[fast.prev.clone()]).map_err(|_| NOT_RECORD)?;
-        let claimed = std::str::from_utf8(&body[fast.sha.clone()]).map_err(|_| NOT_RECORD)?;
-        let mut hasher = Sha256::new();
-        hasher.update(prev.as_bytes());
-        hasher.update(&body[..fast.member.start]);
-        hasher.update(&body[fast.member.end..]);
-        return Ok(Checked {
-            prev: prev.to_owned(),
-            claimed: claimed.to_owned(),
-            computed: hex::encode(hasher.finalize()),
-        });
-    }
-    let mut record: Value = serde_json::from_slice(body).map_err(|_| NOT_RECORD)?;
-    let map = record.as_object_mut().ok_or(NOT_RECORD)?;
-    let Some(Value::String(claimed)) = map.remove("sha256") else {
-        return Err("record has no sha256 string");
+/// Checks one line without its newline: it must be exactly the canonical encoding of its content.
+/// The fast path proves that without building a value (what the writer produces); anything else is
+/// parsed once, refused if it repeats a member name, and encoded once to compare with the line.
+/// Either way the hash is then taken over the line's own bytes minus its `sha256` member.
+pub(super) fn check_line(body: &[u8]) -> Result<Checked, String> {
+    let (prev, claimed, member) = if let Some(fast) = scan::canonical_record(body) {
+        let text = |range: Range<usize>| std::str::from_utf8(&body[range]).map(str::to_owned);
+        let prev = text(fast.prev).map_err(|_| NOT_RECORD)?;
+        let claimed = text(fast.sha).map_err(|_| NOT_RECORD)?;
+        (prev, claimed, fast.member)
+    } else {
+        let record = strict::canonical_record(body)?;
+        let (Some(Value::String(claimed)), Some(member)) =
+            (record.members.get("sha256"), record.sha256_member)
+        else {
+            return Err("record has no sha256 string".to_owned());
+        };
+        let Some(Value::String(prev)) = record.members.get("prev_sha256") else {
+            return Err("record has no prev_sha256 string".to_owned());
+        };
+        (prev.clone(), claimed.clone(), member)
     };
-    let Some(Value::String(prev)) = map.get("prev_sha256").cloned() else {
-        return Err("record has no prev_sha256 string");
-    };
-    let computed = record_hash(&prev, &canonical::to_vec(&record));
+    let mut hasher = Sha256::new();
+    hasher.update(prev.as_bytes());
+    hasher.update(&body[..member.start]);
+    hasher.update(&body[member.end..]);
     Ok(Checked {
         prev,
         claimed,
-        computed,
+        computed: hex::encode(hasher.finalize()),
     })
 }
-
-const NOT_RECORD: &str = "not a complete JSON record (torn append or corrupted line)";
