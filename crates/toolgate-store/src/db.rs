@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqliteSynchronous};
 
-use crate::approval::StoreError;
+use crate::error::StoreError;
 
 /// File name of the database inside the data directory.
 pub const DB_FILE: &str = "toolgate.db";

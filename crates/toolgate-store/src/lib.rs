@@ -11,6 +11,7 @@
 
 pub mod approval;
 mod db;
+mod error;
 pub mod idempotency;
 pub mod journal;
 pub mod state;

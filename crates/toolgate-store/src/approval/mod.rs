@@ -28,7 +28,8 @@ use sqlx::Row;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 
 pub use crate::db::DB_FILE;
-pub use error::{DecideError, StoreError};
+pub use crate::error::StoreError;
+pub use error::DecideError;
 
 /// How many fresh ids `request` tries before giving up; 48 random bits make even a second try
 /// unlikely, but a collision must not look like a store failure.

@@ -30,7 +30,7 @@ use std::sync::OnceLock;
 use sqlx::Row;
 use sqlx::sqlite::{SqlitePool, SqliteRow};
 
-use crate::approval::StoreError;
+use crate::error::StoreError;
 
 /// The answer to a claim: what the gate may do with this call.
 #[derive(Clone, Debug, PartialEq)]

@@ -22,7 +22,7 @@ use std::time::SystemTime;
 
 use sqlx::sqlite::SqlitePool;
 
-use crate::approval::StoreError;
+use crate::error::StoreError;
 
 /// Charges older than this are pruned only if they are also outside the caller's window, so a
 /// policy reload that lengthens a short window still sees the last day of charges.
