@@ -30,7 +30,7 @@ try:
     from mcp.shared.exceptions import MCPError
     from mcp.shared.message import SessionMessage
 except ImportError as err:
-    print(f"the official Python SDK is missing: pip install 'mcp>=2.1.1' ({err})", file=sys.stderr)
+    print(f"the official Python SDK is missing: pip install mcp==2.3.0 (scripts/test does) ({err})", file=sys.stderr)
     sys.exit(2)
 
 INVALID_PARAMS = -32602

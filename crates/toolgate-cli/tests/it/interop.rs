@@ -11,7 +11,8 @@ use std::process::{Command, Output};
 
 use serde_json::{Value, json};
 
-const SDK_MISSING: &str = "the official Python SDK is missing: pip install 'mcp>=2.1.1'";
+const SDK_MISSING: &str =
+    "the official Python SDK is missing: pip install mcp==2.3.0 (scripts/test does)";
 
 /// Fails rather than skips: a machine without the SDK would otherwise report interop as proven.
 fn require_sdk() {
