@@ -258,7 +258,13 @@ impl Gate {
     #[must_use = "an unrecorded decision must not be answered as if it were recorded"]
     pub async fn record(&self, event: Event) -> Result<Receipt, AuditUnavailable> {
         self.journal.record(event).await.map_err(|error| {
-            tracing::error!(error = %error, "audit record could not be written");
+            // The failure itself was logged once, at error, by the journal's writer; every
+            // refusal after it would only repeat that line.
+            if matches!(error, JournalError::Poisoned) {
+                tracing::debug!(error = %error, "audit record refused: the journal has failed");
+            } else {
+                tracing::error!(error = %error, "audit record could not be written");
+            }
             AuditUnavailable::from(&error)
         })
     }
