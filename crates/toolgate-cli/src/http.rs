@@ -155,7 +155,7 @@ pub(crate) async fn serve(
         Some(resource) => resource.clone(),
         None => format!("http://{bound}{}", args.path),
     };
-    let mut config = HttpConfig::new(&resource).map_err(|e| anyhow!(e))?;
+    let mut config = HttpConfig::new(&resource)?;
     if args.resource.is_some() {
         // The endpoint is where we listen; the resource URI may name a front proxy's path.
         config.path.clone_from(&args.path);

@@ -17,6 +17,7 @@
 
 pub mod auth;
 mod challenge;
+mod error;
 #[cfg(test)]
 mod tests;
 
@@ -39,6 +40,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::principal::Principal;
 
 pub use auth::{AuthConfig, KeySource, Verifier};
+pub use error::ResourceError;
 
 use crate::GateServer;
 
@@ -72,7 +74,7 @@ impl HttpConfig {
     ///
     /// # Errors
     /// `resource` is not an absolute http(s) URI.
-    pub fn new(resource: &str) -> Result<Self, String> {
+    pub fn new(resource: &str) -> Result<Self, ResourceError> {
         let (resource, url) = canonical_resource(resource)?;
         let mut allowed_hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]", "::1"]
             .iter()
@@ -102,20 +104,20 @@ impl HttpConfig {
 ///
 /// # Errors
 /// Not an absolute http(s) URI, or it has a fragment, query or credentials.
-pub fn canonical_resource(resource: &str) -> Result<(String, url::Url), String> {
-    let url = url::Url::parse(resource).map_err(|e| format!("resource {resource:?}: {e}"))?;
+pub fn canonical_resource(resource: &str) -> Result<(String, url::Url), ResourceError> {
+    let url = url::Url::parse(resource).map_err(|source| ResourceError::Invalid {
+        resource: resource.to_owned(),
+        source,
+    })?;
+    let resource = resource.to_owned();
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(format!(
-            "resource {resource:?} is not an absolute http(s) URI"
-        ));
+        return Err(ResourceError::NotHttp { resource });
     }
     if url.fragment().is_some() || url.query().is_some() {
-        return Err(format!(
-            "resource {resource:?} must not have a query or fragment"
-        ));
+        return Err(ResourceError::QueryOrFragment { resource });
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err(format!("resource {resource:?} must not carry credentials"));
+        return Err(ResourceError::Credentials { resource });
     }
     // `url` already lower-cases scheme and host and drops default ports.
     let mut text = url.to_string();

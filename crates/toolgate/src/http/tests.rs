@@ -19,7 +19,10 @@ use toolgate_store::journal::Journal;
 use tower::ServiceExt;
 
 use super::auth::{AuthConfig, KeySource, Verifier};
-use super::{HttpConfig, canonical_resource, host_allowed, normal_origin, origin_allowed, router};
+use super::{
+    HttpConfig, ResourceError, canonical_resource, host_allowed, normal_origin, origin_allowed,
+    router,
+};
 use crate::GateServer;
 use crate::server::Gate;
 use crate::toolset::Ledger;
@@ -391,16 +394,30 @@ fn hosts_and_origins_match_as_the_spec_compares_them() {
 fn resource_uris_are_canonical() {
     let canon = |s: &str| canonical_resource(s).map(|(c, _)| c);
     assert_eq!(
-        canon("HTTPS://MCP.Example.COM:443/mcp/").as_deref(),
-        Ok("https://mcp.example.com/mcp")
+        canon("HTTPS://MCP.Example.COM:443/mcp/"),
+        Ok("https://mcp.example.com/mcp".to_owned())
     );
     assert_eq!(
-        canon("http://127.0.0.1:8080/mcp").as_deref(),
-        Ok("http://127.0.0.1:8080/mcp")
+        canon("http://127.0.0.1:8080/mcp"),
+        Ok("http://127.0.0.1:8080/mcp".to_owned())
     );
-    assert!(canon("https://mcp.example.com/mcp#frag").is_err());
-    assert!(canon("https://u:p@mcp.example.com/mcp").is_err());
-    assert!(canon("mcp.example.com/mcp").is_err());
+    let refused = |s: &str| canon(s).expect_err(s).to_string();
+    assert_eq!(
+        refused("https://mcp.example.com/mcp#frag"),
+        "resource \"https://mcp.example.com/mcp#frag\" must not have a query or fragment"
+    );
+    assert_eq!(
+        refused("https://u:p@mcp.example.com/mcp"),
+        "resource \"https://u:p@mcp.example.com/mcp\" must not carry credentials"
+    );
+    assert_eq!(
+        refused("ftp://mcp.example.com/mcp"),
+        "resource \"ftp://mcp.example.com/mcp\" is not an absolute http(s) URI"
+    );
+    assert!(matches!(
+        canonical_resource("mcp.example.com/mcp"),
+        Err(ResourceError::Invalid { .. })
+    ));
 }
 
 #[tokio::test]
