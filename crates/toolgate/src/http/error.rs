@@ -1,5 +1,5 @@
 //! The errors of setting up the HTTP endpoint. Requests are never answered with these: a refused
-//! request gets an HTTP answer of its own (`challenge.rs`).
+//! request gets an HTTP answer of its own (`challenge.rs`, `layers.rs`).
 
 /// Why a resource URI (this server's canonical URI, RFC 8707; the tokens' audience) is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -3,41 +3,45 @@
 //!
 //! rmcp's `StreamableHttpService` speaks the protocol (stateless 2026-07-28 requests with their
 //! `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` checks and -32020, legacy sessions for
-//! `initialize` clients). Everything in front of it is ours, in this order, for every request:
-//! `Host` (DNS rebinding) → `Origin` (present and not allowed: 403) → body read with a size cap
-//! (413) and a deadline → bearer token (`auth.rs`; 401 with a `WWW-Authenticate` challenge naming
-//! the RFC 9728 metadata) → the called tool's scope (403 `insufficient_scope`, step-up) → rmcp. The
-//! verified principal rides in the request's extensions; the gate reads it from there, so
-//! approvals, budgets, rate limits and audit records are about the token's subject. Tokens never go
-//! further: the gateway's upstream connections carry their own credentials.
+//! `initialize` clients). Everything in front of it is ours: a stack of tower layers
+//! (`layers.rs`), one check each, in this order for every request: header size (431) → `Host`
+//! (DNS rebinding) and `Origin` (present and not allowed: 403) → no token in the query (400) →
+//! the body, read with a size cap and a deadline (413 / 408) → the tool it calls → bearer token
+//! (`auth.rs`; 401 with a `WWW-Authenticate` challenge naming the RFC 9728 metadata) → the
+//! called tool's scope (403
+//! `insufficient_scope`, step-up) → `dispatch` to rmcp. The verified principal rides in the
+//! request's extensions; the gate reads it from there, so approvals, budgets, rate limits and
+//! audit records are about the token's subject. Tokens never go further: the gateway's upstream
+//! connections carry their own credentials.
 //!
-//! Why the body is read here and not streamed to rmcp: the scope a call needs depends on the tool it
-//! names, and the 403 must be an HTTP answer (the client's OAuth stack acts on it), so the message
-//! has to be looked at before it is dispatched. The cap makes that cheap to bound.
+//! Design decision: the front door reads each message before rmcp does: the scope a call needs
+//! depends on the tool it names, and the 403 must be an HTTP answer that the client's OAuth stack
+//! acts on. The body cap makes that cheap to bound.
 
 pub mod auth;
 mod challenge;
 mod error;
+mod layers;
 #[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::extract::{Request, State};
+use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use http::{HeaderMap, Method, StatusCode, header};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{Method, header};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use serde_json::Value;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::principal::Principal;
+use tower::ServiceBuilder;
 
 pub use auth::{AuthConfig, KeySource, Verifier};
 pub use error::ResourceError;
@@ -127,240 +131,148 @@ pub fn canonical_resource(resource: &str) -> Result<(String, url::Url), Resource
     Ok((text, url))
 }
 
-/// What every request handler shares.
-struct Endpoint {
-    config: HttpConfig,
-    server: GateServer,
-    mcp: StreamableHttpService<GateServer, LocalSessionManager>,
-    verifier: Option<Arc<Verifier>>,
-    /// The protected resource metadata document and the URL it is served at.
-    metadata: Option<challenge::Metadata>,
-    /// Every scope of the policy, space-separated: the 401 hint when no one tool is called.
-    all_scopes: String,
-    /// `config.allowed_origins` as (scheme, host, port), compared with each request's Origin.
-    origins: Vec<String>,
-    /// Legacy sessions and the subject that opened each: a session id is no bearer credential.
-    sessions: Mutex<HashMap<String, String>>,
-    /// rmcp's sessions, to forget owners of sessions that ended.
-    session_manager: Arc<LocalSessionManager>,
-    failures: Failures,
-}
-
 /// The client address of a request (set by [`serve`] for each connection).
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub SocketAddr);
 
-/// Failed token checks per client address, in fixed windows.
-#[derive(Debug, Default)]
-struct Failures {
-    windows: Mutex<HashMap<IpAddr, (u32, Instant)>>,
-}
-
-/// Failed token checks an address may cause per window before it is told to wait.
-const FAILURES_ALLOWED: u32 = 32;
-const FAILURE_WINDOW: Duration = Duration::from_secs(10);
-
-impl Failures {
-    /// How long `ip` must wait before its tokens are checked again, if it used up its failures.
-    fn wait(&self, ip: IpAddr) -> Option<Duration> {
-        let windows = crate::lock(&self.windows);
-        let (failures, since) = windows.get(&ip)?;
-        let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
-        (*failures >= FAILURES_ALLOWED).then_some(left)
-    }
-
-    fn count(&self, ip: IpAddr) {
-        let mut windows = crate::lock(&self.windows);
-        if windows.len() >= 10_000 {
-            windows.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
-        }
-        let window = windows.entry(ip).or_insert((0, Instant::now()));
-        if window.1.elapsed() >= FAILURE_WINDOW {
-            *window = (0, Instant::now());
-        }
-        window.0 += 1;
-    }
-}
-
-/// The HTTP application: the MCP endpoint and, with auth, the RFC 9728 metadata documents.
-/// `verifier` `None` serves without authentication (the CLI allows that on loopback only).
+/// The HTTP application: the MCP endpoint behind the front door (`layers.rs`) and, with auth, the
+/// RFC 9728 metadata documents. `verifier` `None` serves without authentication (the CLI allows
+/// that on loopback only).
 pub fn router(
     server: GateServer,
     config: HttpConfig,
     verifier: Option<Arc<Verifier>>,
     shutdown: CancellationToken,
 ) -> axum::Router {
-    let factory = server.clone();
-    let mcp_config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(config.allowed_hosts.clone())
-        .with_allowed_origins(config.allowed_origins.clone())
-        .enforce_origin_validation()
-        .with_max_request_body_bytes(config.max_body)
-        .with_json_response(true)
-        .with_cancellation_token(shutdown);
-    let session_manager = Arc::new(LocalSessionManager::default());
-    let mcp = StreamableHttpService::new(
-        move || Ok(factory.clone()),
-        session_manager.clone(),
-        mcp_config,
-    );
-    let scopes = server.scopes();
-    let metadata = verifier
-        .as_ref()
-        .map(|v| challenge::Metadata::new(v.config(), &scopes));
-    let origins = config
-        .allowed_origins
-        .iter()
-        .filter_map(|o| normal_origin(o))
-        .collect();
-    let mut app = axum::Router::new().route(&config.path, any(handle));
-    if let Some(metadata) = &metadata {
-        app = app
-            .route(&metadata.root_path, get(serve_metadata))
-            .route(&metadata.inserted_path, get(serve_metadata));
-    }
-    let endpoint = Arc::new(Endpoint {
-        config,
-        server,
-        mcp,
-        verifier,
-        metadata,
-        all_scopes: scopes.join(" "),
-        origins,
-        sessions: Mutex::new(HashMap::new()),
-        session_manager,
-        failures: Failures::default(),
-    });
-    app.with_state(endpoint)
-}
-
-async fn serve_metadata(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Response {
-    if let Some(refused) = endpoint.front_door_refusal(request.headers()) {
-        return refused;
-    }
-    match &endpoint.metadata {
-        Some(metadata) => (
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::CACHE_CONTROL, "max-age=3600"),
-            ],
-            metadata.document.clone(),
-        )
-            .into_response(),
-        None => StatusCode::NOT_FOUND.into_response(),
-    }
-}
-
-/// Every request to the MCP endpoint.
-async fn handle(State(endpoint): State<Arc<Endpoint>>, request: Request) -> Response {
-    let config = &endpoint.config;
-    if let Some(refused) = endpoint.front_door_refusal(request.headers()) {
-        return refused;
-    }
-    if request.uri().query().is_some_and(|query| {
-        url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "access_token")
-    }) {
-        // OAuth 2.1 §5.1.1: never in the query string (it ends up in logs and histories).
-        return challenge::query_token();
-    }
-    let (mut parts, body) = request.into_parts();
-    let body = if parts.method == Method::POST {
-        match read_body(body, config).await {
-            Ok(bytes) => bytes,
-            Err(refused) => return refused,
-        }
-    } else {
-        Bytes::new()
+    let door = Arc::new(layers::Door::new(&config));
+    let caps = layers::Caps {
+        max_body: config.max_body,
+        read_timeout: config.read_timeout,
     };
-    if let Some(verifier) = &endpoint.verifier {
-        let metadata = endpoint
-            .metadata
-            .as_ref()
-            .expect("metadata is built with the verifier");
-        let call = Called::parse(&body);
-        let needed = call
-            .tool
-            .as_deref()
-            .and_then(|tool| endpoint.server.required_scope(tool));
-        let hint = needed.as_deref().unwrap_or(&endpoint.all_scopes);
-        let Some(token) = bearer(&parts.headers) else {
-            tracing::info!(method = %parts.method, "request without a bearer token refused");
-            return challenge::unauthorized(metadata, hint, false);
-        };
-        let principal = match verifier.recently_verified(token) {
-            Some(principal) => principal,
-            None => {
-                // A full check costs ~200 µs: an address that keeps failing it is told to wait
-                // instead of being allowed to spend the server's CPU on invented tokens.
-                let peer = parts.extensions.get::<Peer>().map(|p| p.0.ip());
-                if let Some(wait) = peer.and_then(|ip| endpoint.failures.wait(ip)) {
-                    return challenge::too_many_failures(wait);
-                }
-                match verifier.verify(token).await {
-                    Ok(principal) => principal,
-                    Err(why) => {
-                        if let Some(ip) = peer {
-                            endpoint.failures.count(ip);
-                        }
-                        tracing::info!(reason = why.as_str(), "bearer token refused");
-                        return challenge::unauthorized(metadata, hint, true);
-                    }
-                }
-            }
-        };
-        if let Some(session) = parts.headers.get(SESSION_HEADER)
-            && !endpoint.session_is_for(session, &principal.sub)
-        {
-            // Someone else's legacy session: rmcp is asked about one that does not exist, so
-            // the answer is, byte for byte, the one an invented id gets.
-            tracing::warn!(principal = %principal.sub, "a legacy session of another subject was used");
-            parts
-                .headers
-                .insert(SESSION_HEADER, http::HeaderValue::from_static("none"));
-        }
-        if let (Some(scope), Some(tool)) = (&needed, &call.tool)
-            && !principal.may(Some(scope))
-        {
-            endpoint
-                .server
-                .record_scope_refusal(&principal, tool, call.arguments.as_ref())
-                .await;
-            return challenge::insufficient_scope(metadata, scope);
-        }
-        parts.extensions.insert(principal);
+    let auth = verifier.map(|verifier| Arc::new(layers::Auth::new(verifier, server.clone())));
+    let path = config.path.clone();
+    let mcp = Arc::new(Mcp::new(server, config, shutdown));
+
+    // In request order: each layer sees the request before the ones below it.
+    let headers = ServiceBuilder::new()
+        .layer(from_fn(layers::header_cap))
+        .layer(from_fn_with_state(door, layers::host_and_origin));
+    let front_door = ServiceBuilder::new()
+        .layer(headers.clone())
+        .layer(from_fn(layers::no_token_in_query))
+        .layer(from_fn_with_state(caps, layers::body_cap))
+        .layer(from_fn(layers::called))
+        .option_layer(
+            auth.clone()
+                .map(|auth| from_fn_with_state(auth, layers::bearer)),
+        )
+        .option_layer(
+            auth.clone()
+                .map(|auth| from_fn_with_state(auth, layers::scope)),
+        );
+
+    let mut app = axum::Router::new().route(&path, any(dispatch).with_state(mcp).layer(front_door));
+    if let Some(auth) = auth {
+        let metadata = &auth.metadata;
+        let document = get(serve_metadata)
+            .with_state(Arc::clone(metadata))
+            .layer(headers);
+        app = app
+            .route(&metadata.root_path, document.clone())
+            .route(&metadata.inserted_path, document);
     }
-    let sub = parts.extensions.get::<Principal>().map(|p| p.sub.clone());
-    let ended = (parts.method == Method::DELETE)
-        .then(|| parts.headers.get(SESSION_HEADER).cloned())
+    app
+}
+
+async fn serve_metadata(State(metadata): State<Arc<challenge::Metadata>>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "max-age=3600"),
+        ],
+        metadata.document.clone(),
+    )
+        .into_response()
+}
+
+/// rmcp's service, and who owns each legacy session.
+struct Mcp {
+    service: StreamableHttpService<GateServer, LocalSessionManager>,
+    /// Legacy sessions and the subject that opened each: a session id is no bearer credential.
+    sessions: Mutex<HashMap<String, String>>,
+    /// rmcp's sessions, to forget owners of sessions that ended.
+    session_manager: Arc<LocalSessionManager>,
+}
+
+impl std::fmt::Debug for Mcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mcp").finish_non_exhaustive()
+    }
+}
+
+impl Mcp {
+    fn new(server: GateServer, config: HttpConfig, shutdown: CancellationToken) -> Self {
+        // rmcp's own Host, Origin and size checks stay on behind ours: defence in depth.
+        let mcp_config = StreamableHttpServerConfig::default()
+            .with_allowed_hosts(config.allowed_hosts)
+            .with_allowed_origins(config.allowed_origins)
+            .enforce_origin_validation()
+            .with_max_request_body_bytes(config.max_body)
+            .with_json_response(true)
+            .with_cancellation_token(shutdown);
+        let session_manager = Arc::new(LocalSessionManager::default());
+        let service = StreamableHttpService::new(
+            move || Ok(server.clone()),
+            session_manager.clone(),
+            mcp_config,
+        );
+        Self {
+            service,
+            sessions: Mutex::new(HashMap::new()),
+            session_manager,
+        }
+    }
+}
+
+/// A request the front door let in, to rmcp; legacy sessions stay with the subject that opened
+/// them.
+async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response {
+    let sub = request
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.sub.clone());
+    if let Some(sub) = &sub
+        && let Some(session) = request.headers().get(SESSION_HEADER)
+        && !mcp.session_is_for(session, sub)
+    {
+        // Someone else's legacy session: rmcp is asked about one that does not exist, so the
+        // answer is, byte for byte, the one an invented id gets.
+        tracing::warn!(principal = %sub, "a legacy session of another subject was used");
+        request
+            .headers_mut()
+            .insert(SESSION_HEADER, http::HeaderValue::from_static("none"));
+    }
+    let ended = (request.method() == Method::DELETE)
+        .then(|| request.headers().get(SESSION_HEADER).cloned())
         .flatten();
-    let request = http::Request::from_parts(parts, Full::new(body));
-    let response = endpoint.mcp.handle(request).await;
+    let response = mcp.service.handle(request).await;
     if let (Some(sub), Some(session)) = (sub, response.headers().get(SESSION_HEADER))
         && let Ok(session) = session.to_str()
     {
-        endpoint.remember_session(session, sub).await;
+        mcp.remember_session(session, sub).await;
     }
     if let Some(ended) = ended
         && response.status().is_success()
         && let Ok(ended) = ended.to_str()
     {
-        endpoint.forget_session(ended);
+        mcp.forget_session(ended);
     }
     response.map(Body::new)
 }
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
-impl std::fmt::Debug for Endpoint {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Endpoint")
-            .field("config", &self.config)
-            .field("auth", &self.verifier.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl Endpoint {
+impl Mcp {
     /// Whether a legacy session id may be used by `sub`: it was opened by `sub`, or it is not
     /// ours to judge (unknown ids get rmcp's 404).
     fn session_is_for(&self, session: &http::HeaderValue, sub: &str) -> bool {
@@ -399,142 +311,6 @@ impl Endpoint {
         let mut sessions = crate::lock(&self.sessions);
         sessions.remove(session);
     }
-}
-
-/// The method and tool a POST names, looked at before dispatch (rmcp parses it again and answers
-/// malformed messages itself).
-#[derive(Debug, Default)]
-struct Called {
-    tool: Option<String>,
-    arguments: Option<serde_json::Map<String, Value>>,
-}
-
-impl Called {
-    fn parse(body: &[u8]) -> Self {
-        #[derive(serde::Deserialize)]
-        struct Message {
-            method: Option<String>,
-            params: Option<Params>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Params {
-            name: Option<String>,
-            arguments: Option<serde_json::Map<String, Value>>,
-        }
-        let Ok(message) = serde_json::from_slice::<Message>(body) else {
-            return Self::default();
-        };
-        match (message.method.as_deref(), message.params) {
-            (Some("tools/call"), Some(params)) => Self {
-                tool: params.name,
-                arguments: params.arguments,
-            },
-            _ => Self::default(),
-        }
-    }
-}
-
-/// The token of an `Authorization: Bearer …` header (scheme case-insensitive, RFC 6750 §2.1).
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    let token = token.trim();
-    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
-}
-
-/// Reads a request body up to the configured cap and deadline.
-async fn read_body(body: Body, config: &HttpConfig) -> Result<Bytes, Response> {
-    let limited = Limited::new(body, config.max_body);
-    match tokio::time::timeout(config.read_timeout, limited.collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
-            Err(challenge::rpc_error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body larger than {} bytes", config.max_body),
-            ))
-        }
-        Ok(Err(_)) => Err(challenge::rpc_error(
-            StatusCode::BAD_REQUEST,
-            "request body could not be read".to_owned(),
-        )),
-        Err(_) => Err(challenge::rpc_error(
-            StatusCode::REQUEST_TIMEOUT,
-            "request body not received in time".to_owned(),
-        )),
-    }
-}
-
-impl Endpoint {
-    /// Headers within bounds; DNS-rebinding defence: the `Host` must be one of ours, and a present
-    /// `Origin` must be allowed.
-    fn front_door_refusal(&self, headers: &HeaderMap) -> Option<Response> {
-        // hyper bounds its read buffer, but headers that arrive in one read can pass it; the sum of
-        // names and values is what a client could make us hold and scan.
-        let size: usize = headers
-            .iter()
-            .map(|(name, value)| name.as_str().len() + value.len())
-            .sum();
-        if size > MAX_HEADER_BYTES {
-            return Some(challenge::rpc_error(
-                StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-                format!("request headers larger than {MAX_HEADER_BYTES} bytes"),
-            ));
-        }
-        let host = headers
-            .get(header::HOST)
-            .and_then(|h| h.to_str().ok())
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        if !host_allowed(&host, &self.config.allowed_hosts) {
-            tracing::warn!(host = %host, "request with a Host that is not ours refused (DNS rebinding?)");
-            return Some(challenge::rpc_error(
-                StatusCode::FORBIDDEN,
-                "host not allowed".to_owned(),
-            ));
-        }
-        if let Some(origin) = headers.get(header::ORIGIN) {
-            let origin = origin.to_str().unwrap_or_default();
-            if !origin_allowed(origin, &self.origins) {
-                tracing::warn!(origin = %origin, "request from an Origin that is not allowed refused");
-                return Some(challenge::rpc_error(
-                    StatusCode::FORBIDDEN,
-                    "origin not allowed".to_owned(),
-                ));
-            }
-        }
-        None
-    }
-}
-
-/// `host` (`name` or `name:port`, lower-case) against entries that are a name (any port) or a
-/// `name:port`.
-fn host_allowed(host: &str, allowed: &[String]) -> bool {
-    if host.is_empty() {
-        return false;
-    }
-    let name = match host.rsplit_once(':') {
-        // `[::1]:8080` or `name:8080`; a bare `::1` has no brackets and several colons.
-        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
-            name
-        }
-        _ => host,
-    };
-    allowed
-        .iter()
-        .any(|a| a.eq_ignore_ascii_case(host) || a.eq_ignore_ascii_case(name))
-}
-
-/// An Origin against the allow-list (already [`normal_origin`]s), compared as (scheme, host,
-/// port) with default ports filled in.
-fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
-    normal_origin(origin).is_some_and(|origin| allowed.contains(&origin))
-}
-
-fn normal_origin(origin: &str) -> Option<String> {
-    let url = url::Url::parse(origin).ok()?;
-    let host = url.host_str()?;
-    let port = url.port_or_known_default()?;
-    Some(format!("{}://{}:{}", url.scheme(), host, port))
 }
 
 /// Serves `app` on `listener` until `shutdown`, then lets open requests finish for `grace`.

@@ -1,12 +1,19 @@
-//! The HTTP front door through the router (`tower::ServiceExt::oneshot`): which requests get in,
-//! and what the refused ones are told. Real tokens, signed with a key made here; the kit's ledger
+//! The HTTP front door through `tower::ServiceExt::oneshot`: each layer on its own in front of a
+//! handler that only says it was reached, then the whole router, its order of checks and what
+//! the refused requests are told. Real tokens, signed with a key made here; the kit's ledger
 //! behind the gate. The process-level table (a real socket, the helpdesk and docs toolsets) is in
 //! the CLI's integration tests.
 
+use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use http::{Request, StatusCode, header};
@@ -15,14 +22,13 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::policy::Policy;
+use toolgate_core::principal::Principal;
 use toolgate_store::journal::Journal;
 use tower::ServiceExt;
 
 use super::auth::{AuthConfig, KeySource, Verifier};
-use super::{
-    HttpConfig, ResourceError, canonical_resource, host_allowed, normal_origin, origin_allowed,
-    router,
-};
+use super::layers::{self, Auth, Called, Caps, Door, host_allowed, normal_origin, origin_allowed};
+use super::{HttpConfig, ResourceError, canonical_resource, router};
 use crate::GateServer;
 use crate::server::Gate;
 use crate::toolset::Ledger;
@@ -80,13 +86,16 @@ fn claims(scope: &str) -> Value {
            "client_id": "test-client", "iat": now(), "exp": now() + 300})
 }
 
-struct App {
-    app: axum::Router,
+/// What the router is made of: the ledger behind a gate writing to `data`, and a verifier
+/// trusting `keys`.
+struct Parts {
+    server: GateServer,
+    verifier: Arc<Verifier>,
     keys: Keys,
     data: tempfile::TempDir,
 }
 
-async fn app() -> App {
+async fn parts() -> Parts {
     let keys = keys();
     let data = tempfile::tempdir().expect("temp dir");
     let jwks = data.path().join("jwks.json");
@@ -103,13 +112,29 @@ async fn app() -> App {
     })
     .await
     .expect("verifier");
-    let config = HttpConfig::new(RESOURCE).expect("config");
-    let app = router(
+    Parts {
         server,
-        config,
-        Some(Arc::new(verifier)),
-        CancellationToken::new(),
-    );
+        verifier: Arc::new(verifier),
+        keys,
+        data,
+    }
+}
+
+struct App {
+    app: axum::Router,
+    keys: Keys,
+    data: tempfile::TempDir,
+}
+
+async fn app() -> App {
+    let Parts {
+        server,
+        verifier,
+        keys,
+        data,
+    } = parts().await;
+    let config = HttpConfig::new(RESOURCE).expect("config");
+    let app = router(server, config, Some(verifier), CancellationToken::new());
     App { app, keys, data }
 }
 
@@ -451,7 +476,7 @@ async fn an_address_that_keeps_sending_bad_tokens_is_told_to_wait_and_known_toke
         parts.next().expect("header"),
         parts.next().expect("payload"),
     );
-    for i in 0..super::FAILURES_ALLOWED {
+    for i in 0..super::layers::FAILURES_ALLOWED {
         let bad = format!(
             "{head}.{payload}.{}",
             URL_SAFE_NO_PAD.encode(format!("sig{i}"))
@@ -478,4 +503,427 @@ async fn an_address_that_keeps_sending_bad_tokens_is_told_to_wait_and_known_toke
     // Another address is not affected.
     let request = with_token(call("read_ledger", &json!({})), &fresh);
     assert_eq!(send(&app, request).await.0, StatusCode::OK);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Each layer on its own
+
+/// What stands behind a layer under test: a handler that says it was reached, with what the
+/// layers in front put in the extensions and the body it was handed.
+async fn reached(request: axum::extract::Request) -> Response {
+    let tool = request
+        .extensions()
+        .get::<Called>()
+        .and_then(|c| c.tool.clone());
+    let sub = request
+        .extensions()
+        .get::<Principal>()
+        .map(|p| p.sub.clone());
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    axum::Json(json!({
+        "reached": true, "tool": tool, "sub": sub, "body": String::from_utf8_lossy(&body),
+    }))
+    .into_response()
+}
+
+/// Status and body (as JSON when it is JSON) of `request` sent through `app`.
+async fn answer(app: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
+    let (status, _, body) = send(app, request).await;
+    let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
+    (status, body)
+}
+
+fn post(body: impl Into<Body>) -> Request<Body> {
+    Request::post("/mcp")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(body.into())
+        .expect("request")
+}
+
+/// The JSON-RPC error body the front door answers with: no id, `code`.
+fn assert_rpc_error(body: &Value, code: i64, what: &str) {
+    assert_eq!(body["jsonrpc"], "2.0", "{what}: {body}");
+    assert_eq!(body["id"], Value::Null, "{what}: {body}");
+    assert_eq!(body["error"]["code"], code, "{what}: {body}");
+    assert!(body["error"]["message"].is_string(), "{what}: {body}");
+}
+
+#[tokio::test]
+async fn header_cap_refuses_more_than_32_kib_of_headers() {
+    let app = axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn(layers::header_cap));
+    let with_filler = |size: usize| {
+        Request::get("/mcp")
+            .header("x-filler", "a".repeat(size))
+            .body(Body::empty())
+            .expect("request")
+    };
+    let (status, body) = answer(&app, with_filler(super::MAX_HEADER_BYTES)).await;
+    assert_eq!(status, StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE);
+    assert_rpc_error(&body, -32600, "431");
+    let (status, body) = answer(&app, with_filler(super::MAX_HEADER_BYTES - 100)).await;
+    assert_eq!((status, &body["reached"]), (StatusCode::OK, &json!(true)));
+}
+
+#[tokio::test]
+async fn host_and_origin_refuse_foreign_values() {
+    let mut config = HttpConfig::new(RESOURCE).expect("config");
+    config.allowed_origins = vec!["https://app.example.test".to_owned()];
+    let app = axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn_with_state(
+            Arc::new(Door::new(&config)),
+            layers::host_and_origin,
+        ));
+    let ours = "127.0.0.1:7777";
+    let app_origin = "https://app.example.test";
+    type Headers<'a> = &'a [(&'a str, &'a str)];
+    let rows: &[(&str, Headers<'_>, StatusCode)] = &[
+        ("our Host", &[("host", ours)], StatusCode::OK),
+        ("localhost", &[("host", "localhost:7777")], StatusCode::OK),
+        (
+            "our Host, allowed Origin",
+            &[("host", ours), ("origin", app_origin)],
+            StatusCode::OK,
+        ),
+        ("no Host", &[], StatusCode::FORBIDDEN),
+        (
+            "foreign Host",
+            &[("host", "evil.test")],
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "foreign Origin",
+            &[("host", ours), ("origin", "https://evil.test")],
+            StatusCode::FORBIDDEN,
+        ),
+    ];
+    for (name, headers, expected) in rows {
+        let mut request = Request::post("/mcp").body(Body::empty()).expect("request");
+        for (header, value) in *headers {
+            request.headers_mut().append(
+                header::HeaderName::from_bytes(header.as_bytes()).expect("name"),
+                value.parse().expect("value"),
+            );
+        }
+        let (status, body) = answer(&app, request).await;
+        assert_eq!(status, *expected, "{name}: {body}");
+        if status != StatusCode::OK {
+            assert_rpc_error(&body, -32600, name);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_token_in_the_query_string_is_refused_whatever_else_comes_with_it() {
+    let app = axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn(layers::no_token_in_query));
+    for uri in ["/mcp?access_token=abc", "/mcp?x=1&access_token="] {
+        let request = Request::post(uri).body(Body::empty()).expect("request");
+        let (status, challenge, body) = send(&app, request).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{uri}");
+        assert_eq!(
+            challenge,
+            "Bearer error=\"invalid_request\", error_description=\"send the token in the \
+             Authorization header\"",
+            "{uri}"
+        );
+        assert_eq!(body, r#"{"error":"invalid_request"}"#);
+    }
+    let request = Request::post("/mcp?token=abc")
+        .body(Body::empty())
+        .expect("request");
+    assert_eq!(answer(&app, request).await.0, StatusCode::OK);
+}
+
+/// A body whose bytes never come: a client that stalls after its headers.
+struct Stalled;
+
+impl hyper::body::Body for Stalled {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        Poll::Pending
+    }
+}
+
+#[tokio::test]
+async fn body_cap_reads_a_post_within_its_size_and_time_and_hands_on_exactly_those_bytes() {
+    let caps = Caps {
+        max_body: 16,
+        read_timeout: Duration::from_millis(200),
+    };
+    let app = axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn_with_state(caps, layers::body_cap));
+    let (status, body) = answer(&app, post("0123456789abcdef")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body["body"], "0123456789abcdef");
+    let (status, body) = answer(&app, post("0123456789abcdefX")).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_rpc_error(&body, -32600, "413");
+    let started = std::time::Instant::now();
+    let (status, body) = answer(&app, post(Body::new(Stalled))).await;
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert_rpc_error(&body, -32600, "408");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // Only a POST carries a message: another method's body is not read, and not handed on.
+    let get = Request::get("/mcp")
+        .body(Body::new(Stalled))
+        .expect("request");
+    let (status, body) = answer(&app, get).await;
+    assert_eq!((status, &body["body"]), (StatusCode::OK, &json!("")));
+}
+
+#[tokio::test]
+async fn called_hands_on_the_tool_a_call_names_and_the_body_unchanged() {
+    let app = axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn(layers::called));
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note"}}"#;
+    let (status, reply) = answer(&app, post(body)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        (&reply["tool"], &reply["body"]),
+        (&json!("write_note"), &json!(body))
+    );
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    assert_eq!(answer(&app, post(list)).await.1["tool"], Value::Null);
+}
+
+#[tokio::test]
+async fn bearer_admits_a_good_token_and_refuses_every_other_with_the_same_401() {
+    let Parts {
+        server,
+        verifier,
+        keys,
+        ..
+    } = parts().await;
+    let auth = Arc::new(Auth::new(verifier, server));
+    let app = axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn_with_state(auth, layers::bearer));
+    let request = |token: Option<&str>| {
+        let mut request = post("{}");
+        if let Some(token) = token {
+            request = with_token(request, token);
+        }
+        request
+    };
+
+    let good = claims("notes:read");
+    let (status, body) = answer(&app, request(Some(&token(&keys, &good)))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(body["sub"], "user-alice");
+    // No token: the hint names every scope, or the one scope the called tool needs.
+    let (status, challenge, _) = send(&app, request(None)).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(
+        challenge.ends_with("scope=\"admin notes:read notes:write\""),
+        "{challenge}"
+    );
+    let mut calling = request(None);
+    calling.extensions_mut().insert(Called {
+        tool: Some("write_note".to_owned()),
+        arguments: None,
+    });
+    let (_, challenge, _) = send(&app, calling).await;
+    assert!(challenge.ends_with("scope=\"notes:write\""), "{challenge}");
+
+    let mut expired = good.clone();
+    expired["exp"] = json!(now() - 120);
+    let refused = [
+        ("expired", token(&keys, &expired)),
+        ("not a JWT", "not-a-jwt".to_owned()),
+    ];
+    let mut answers = Vec::new();
+    for (name, bad) in &refused {
+        let (status, challenge, body) = send(&app, request(Some(bad))).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{name}: {body}");
+        answers.push((challenge, body));
+    }
+    answers.dedup();
+    assert_eq!(answers.len(), 1, "the answers differ: {answers:?}");
+    assert!(answers[0].0.starts_with("Bearer error=\"invalid_token\""));
+}
+
+#[tokio::test]
+async fn scope_refuses_a_tool_the_principal_may_not_call_and_audits_it() {
+    let Parts {
+        server,
+        verifier,
+        data,
+        ..
+    } = parts().await;
+    let auth = Arc::new(Auth::new(verifier, server));
+    let app = axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn_with_state(auth, layers::scope));
+    let request = |tool: Option<&str>, scopes: Option<&[&str]>| {
+        let mut request = post("{}");
+        if let Some(tool) = tool {
+            let arguments = json!({"text": "hi"}).as_object().cloned();
+            request.extensions_mut().insert(Called {
+                tool: Some(tool.to_owned()),
+                arguments,
+            });
+        }
+        if let Some(scopes) = scopes {
+            let scopes = scopes.iter().map(|s| (*s).to_owned()).collect();
+            request.extensions_mut().insert(Principal::from_token(
+                "user-alice".to_owned(),
+                scopes,
+                None,
+            ));
+        }
+        request
+    };
+    type Scopes<'a> = Option<&'a [&'a str]>;
+    let rows: &[(&str, Option<&str>, Scopes<'_>, StatusCode)] = &[
+        (
+            "the tool's scope",
+            Some("write_note"),
+            Some(&["notes:write"]),
+            StatusCode::OK,
+        ),
+        ("no tool called", None, Some(&[]), StatusCode::OK),
+        (
+            "a tool hidden from everyone",
+            Some("rm_rf"),
+            Some(&[]),
+            StatusCode::OK,
+        ),
+        (
+            "a tool that does not exist",
+            Some("nope"),
+            Some(&[]),
+            StatusCode::OK,
+        ),
+        (
+            "another scope",
+            Some("write_note"),
+            Some(&["notes:read"]),
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "no principal at all",
+            Some("write_note"),
+            None,
+            StatusCode::UNAUTHORIZED,
+        ),
+    ];
+    for (name, tool, scopes, expected) in rows {
+        let (status, challenge, body) = send(&app, request(*tool, *scopes)).await;
+        assert_eq!(status, *expected, "{name}: {body}");
+        if status == StatusCode::FORBIDDEN {
+            assert!(
+                challenge
+                    .starts_with("Bearer error=\"insufficient_scope\", scope=\"notes:write\","),
+                "{challenge}"
+            );
+        }
+    }
+    let records = audit(&data);
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(
+        (
+            &records[0]["name"],
+            &records[0]["rule"],
+            &records[0]["outcome"]
+        ),
+        (
+            &json!("write_note"),
+            &json!("scope"),
+            &json!("not_executed")
+        )
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The whole stack
+
+#[tokio::test]
+async fn the_checks_run_in_the_documented_order() {
+    let App { app, keys, data } = app().await;
+    let read_only = token(&keys, &claims("notes:read"));
+    let huge = json!({"request_id": "req-00003", "text": "x".repeat(200 * 1024)});
+    let set = |mut request: Request<Body>, name: &'static str, value: &str| {
+        request.headers_mut().append(
+            header::HeaderName::from_static(name),
+            value.parse().expect("value"),
+        );
+        request
+    };
+    let rows: Vec<(&str, Request<Body>, StatusCode)> = vec![
+        (
+            "oversized headers before a foreign Host",
+            set(
+                set(call("write_note", &json!({})), "host", "evil.test"),
+                "x-filler",
+                &"a".repeat(40 * 1024),
+            ),
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        ),
+        (
+            "a foreign Origin before the token in the query",
+            {
+                let mut request = set(call("write_note", &json!({})), "origin", "https://x.test");
+                *request.uri_mut() = "/mcp?access_token=abc".parse().expect("uri");
+                request
+            },
+            StatusCode::FORBIDDEN,
+        ),
+        (
+            "the token in the query before the body's size",
+            {
+                let mut request = call("write_note", &huge);
+                *request.uri_mut() = "/mcp?access_token=abc".parse().expect("uri");
+                request
+            },
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "the body's size before the token",
+            {
+                let (parts, _) = call("write_note", &json!({})).into_parts();
+                let mut body = b"{not json ".to_vec();
+                body.resize(200 * 1024, b' ');
+                Request::from_parts(parts, Body::from(body))
+            },
+            StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            "the token before the scope",
+            with_token(call("write_note", &json!({})), "not-a-jwt"),
+            StatusCode::UNAUTHORIZED,
+        ),
+        (
+            "the scope before the gate",
+            with_token(
+                call(
+                    "write_note",
+                    &json!({"request_id": "req-00004", "text": "hi"}),
+                ),
+                &read_only,
+            ),
+            StatusCode::FORBIDDEN,
+        ),
+    ];
+    for (name, request, expected) in rows {
+        let (status, _, body) = send(&app, request).await;
+        assert_eq!(status, expected, "{name}: {body}");
+    }
+    // Only the last reached a check that records: the scope refusal.
+    assert_eq!(audit(&data).len(), 1);
 }

@@ -1,0 +1,415 @@
+//! The front door of the MCP endpoint: one check per layer, each a plain `async fn` made into a
+//! tower layer by `axum::middleware::from_fn[_with_state]`, stacked by [`super::router`] in this
+//! order (the first listed sees the request first):
+//!
+//! 1. [`header_cap`]: headers larger than [`MAX_HEADER_BYTES`] → 431.
+//! 2. [`host_and_origin`]: the `Host` is one of ours (DNS rebinding), a present `Origin` is
+//!    allowed → 403.
+//! 3. [`no_token_in_query`]: OAuth 2.1 §5.1.1, a token never travels in the URL → 400.
+//! 4. [`body_cap`]: the body read within a size cap and a deadline → 413 / 408 / 400; the request
+//!    goes on with the bytes read.
+//! 5. [`called`]: the tool a `tools/call` names, and its arguments, go on as [`Called`] (rmcp
+//!    parses the message again and answers malformed ones itself).
+//! 6. [`bearer`] (with authentication): the token (`auth.rs`) → 401 / 429; the verified
+//!    [`Principal`] goes on.
+//! 7. [`scope`] (with authentication): the scope the called tool needs → 403 `insufficient_scope`,
+//!    audited.
+//!
+//! The metadata documents get the first two only.
+//!
+//! Each layer answers what it refuses and hands everything else on unchanged but for what it
+//! adds to the extensions, so each can be read, and tested with `tower::ServiceExt::oneshot`,
+//! on its own. Why this order: the header checks cost nothing but the headers already read; the
+//! body is bounded before anything parses it; the message is read before the token so that a 401
+//! can name the scope the call needs; the scope needs both the message and the principal.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::{HeaderMap, Method, StatusCode, header};
+use http_body_util::{BodyExt, Limited};
+use serde_json::Value;
+use toolgate_core::principal::Principal;
+
+use super::auth::Verifier;
+use super::challenge::{self, Metadata};
+use super::{HttpConfig, MAX_HEADER_BYTES, Peer};
+use crate::GateServer;
+
+/// Failed token checks an address may cause per window before it is told to wait.
+pub(super) const FAILURES_ALLOWED: u32 = 32;
+const FAILURE_WINDOW: Duration = Duration::from_secs(10);
+
+// ---------------------------------------------------------------------------------------------
+// 1. Header size
+
+/// 431 for headers beyond [`MAX_HEADER_BYTES`].
+///
+/// hyper bounds its read buffer, but headers that arrive in one read can pass it; the sum of
+/// names and values is what a client could make us hold and scan.
+pub(super) async fn header_cap(request: Request, next: Next) -> Response {
+    let size: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if size > MAX_HEADER_BYTES {
+        return challenge::rpc_error(
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!("request headers larger than {MAX_HEADER_BYTES} bytes"),
+        );
+    }
+    next.run(request).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Host and Origin
+
+/// The `Host` and `Origin` values a request may carry.
+#[derive(Debug)]
+pub(super) struct Door {
+    /// A name (any port) or `name:port`, as configured.
+    hosts: Vec<String>,
+    /// Allowed origins as [`normal_origin`]s, compared with each request's.
+    origins: Vec<String>,
+}
+
+impl Door {
+    pub(super) fn new(config: &HttpConfig) -> Self {
+        Self {
+            hosts: config.allowed_hosts.clone(),
+            origins: config
+                .allowed_origins
+                .iter()
+                .filter_map(|o| normal_origin(o))
+                .collect(),
+        }
+    }
+}
+
+/// DNS-rebinding defence: the `Host` must be one of ours, and a present `Origin` must be allowed.
+pub(super) async fn host_and_origin(
+    State(door): State<Arc<Door>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let headers = request.headers();
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    if !host_allowed(&host, &door.hosts) {
+        tracing::warn!(host = %host, "request with a Host that is not ours refused (DNS rebinding?)");
+        return challenge::rpc_error(StatusCode::FORBIDDEN, "host not allowed".to_owned());
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or_default();
+        if !origin_allowed(origin, &door.origins) {
+            tracing::warn!(origin = %origin, "request from an Origin that is not allowed refused");
+            return challenge::rpc_error(StatusCode::FORBIDDEN, "origin not allowed".to_owned());
+        }
+    }
+    next.run(request).await
+}
+
+/// `host` (`name` or `name:port`, lower-case) against entries that are a name (any port) or a
+/// `name:port`.
+pub(super) fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    if host.is_empty() {
+        return false;
+    }
+    let name = match host.rsplit_once(':') {
+        // `[::1]:8080` or `name:8080`; a bare `::1` has no brackets and several colons.
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) && !name.ends_with(':') => {
+            name
+        }
+        _ => host,
+    };
+    allowed
+        .iter()
+        .any(|a| a.eq_ignore_ascii_case(host) || a.eq_ignore_ascii_case(name))
+}
+
+/// An Origin against the allow-list (already [`normal_origin`]s), compared as (scheme, host,
+/// port) with default ports filled in.
+pub(super) fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+    normal_origin(origin).is_some_and(|origin| allowed.contains(&origin))
+}
+
+pub(super) fn normal_origin(origin: &str) -> Option<String> {
+    let url = url::Url::parse(origin).ok()?;
+    let host = url.host_str()?;
+    let port = url.port_or_known_default()?;
+    Some(format!("{}://{}:{}", url.scheme(), host, port))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. No token in the query string
+
+/// 400 for an `access_token` in the query string (OAuth 2.1 §5.1.1: it ends up in logs and
+/// histories), even beside a good header: the URL has leaked it already.
+pub(super) async fn no_token_in_query(request: Request, next: Next) -> Response {
+    if request.uri().query().is_some_and(|query| {
+        url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "access_token")
+    }) {
+        return challenge::query_token();
+    }
+    next.run(request).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. The body, within its caps
+
+/// How much of a body is read, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Caps {
+    pub(super) max_body: usize,
+    pub(super) read_timeout: Duration,
+}
+
+/// Reads a POST's body up to `max_body` bytes within `read_timeout` (413 / 400 / 408), and puts
+/// the request back together with the bytes read; any other method's body is dropped unread
+/// (only a POST carries a message).
+///
+/// The body is read here, not streamed to rmcp, because the scope a call needs depends on the
+/// tool it names and the 403 must be an HTTP answer, so the message has to be looked at before
+/// it is dispatched. The cap makes that cheap to bound.
+pub(super) async fn body_cap(State(caps): State<Caps>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    let bytes = if parts.method == Method::POST {
+        match read_capped(body, caps).await {
+            Ok(bytes) => bytes,
+            Err(refused) => return refused,
+        }
+    } else {
+        Bytes::new()
+    };
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+async fn read_capped(body: Body, caps: Caps) -> Result<Bytes, Response> {
+    let limited = Limited::new(body, caps.max_body);
+    match tokio::time::timeout(caps.read_timeout, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
+            Err(challenge::rpc_error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body larger than {} bytes", caps.max_body),
+            ))
+        }
+        Ok(Err(_)) => Err(challenge::rpc_error(
+            StatusCode::BAD_REQUEST,
+            "request body could not be read".to_owned(),
+        )),
+        Err(_) => Err(challenge::rpc_error(
+            StatusCode::REQUEST_TIMEOUT,
+            "request body not received in time".to_owned(),
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. The called tool
+
+/// The tool a `tools/call` names and its arguments; empty for every other message. Rides in the
+/// request's extensions to the token and scope layers.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Called {
+    pub(super) tool: Option<String>,
+    pub(super) arguments: Option<serde_json::Map<String, Value>>,
+}
+
+impl Called {
+    fn parse(body: &[u8]) -> Self {
+        #[derive(serde::Deserialize)]
+        struct Message {
+            method: Option<String>,
+            params: Option<Params>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Params {
+            name: Option<String>,
+            arguments: Option<serde_json::Map<String, Value>>,
+        }
+        let Ok(message) = serde_json::from_slice::<Message>(body) else {
+            return Self::default();
+        };
+        match (message.method.as_deref(), message.params) {
+            (Some("tools/call"), Some(params)) => Self {
+                tool: params.name,
+                arguments: params.arguments,
+            },
+            _ => Self::default(),
+        }
+    }
+}
+
+/// Looks at what a POST calls, before dispatch, and lets it go on as [`Called`].
+///
+/// Runs after [`body_cap`], which has read the body within its caps, so reading it again here
+/// waits for nothing (the axum way of looking at a body in a middleware).
+pub(super) async fn called(request: Request, next: Next) -> Response {
+    if request.method() != Method::POST {
+        return next.run(request).await;
+    }
+    let (mut parts, body) = request.into_parts();
+    let Ok(collected) = body.collect().await else {
+        return challenge::rpc_error(
+            StatusCode::BAD_REQUEST,
+            "request body could not be read".to_owned(),
+        );
+    };
+    let bytes = collected.to_bytes();
+    parts.extensions.insert(Called::parse(&bytes));
+    next.run(Request::from_parts(parts, Body::from(bytes)))
+        .await
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6 and 7. Token and scope
+
+/// What the token and scope layers share.
+pub(super) struct Auth {
+    verifier: Arc<Verifier>,
+    pub(super) metadata: Arc<Metadata>,
+    /// Which scope a tool needs, and where a scope refusal is audited.
+    server: GateServer,
+    /// Every scope of the policy, space-separated: the 401 hint when no one tool is called.
+    all_scopes: String,
+    failures: Failures,
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Auth")
+            .field("metadata", &self.metadata)
+            .field("all_scopes", &self.all_scopes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Auth {
+    pub(super) fn new(verifier: Arc<Verifier>, server: GateServer) -> Self {
+        let scopes = server.scopes();
+        Self {
+            metadata: Arc::new(Metadata::new(verifier.config(), &scopes)),
+            verifier,
+            server,
+            all_scopes: scopes.join(" "),
+            failures: Failures::default(),
+        }
+    }
+
+    /// The scope the called tool needs, if a tool is called and it needs one.
+    fn needed(&self, request: &Request) -> Option<String> {
+        let tool = request.extensions().get::<Called>()?.tool.as_deref()?;
+        self.server.required_scope(tool)
+    }
+}
+
+/// The bearer token (RFC 6750 §2.1): 401 with a challenge naming the metadata and the scope to
+/// ask for when there is none or it is not acceptable (`auth.rs`; every bad token reads the
+/// same), 429 for an address that failed too many checks.
+/// The verified [`Principal`] goes on in the extensions; the gate reads it from there, so
+/// approvals, budgets, rate limits and audit records are about the token's subject.
+pub(super) async fn bearer(
+    State(auth): State<Arc<Auth>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let needed = auth.needed(&request);
+    let hint = needed.as_deref().unwrap_or(&auth.all_scopes);
+    let Some(token) = bearer_token(request.headers()) else {
+        tracing::info!(method = %request.method(), "request without a bearer token refused");
+        return challenge::unauthorized(&auth.metadata, hint, false);
+    };
+    let principal = match auth.verifier.recently_verified(token) {
+        Some(principal) => principal,
+        None => {
+            // A full check costs ~200 µs: an address that keeps failing it is told to wait
+            // instead of being allowed to spend the server's CPU on invented tokens.
+            let peer = request.extensions().get::<Peer>().map(|p| p.0.ip());
+            if let Some(wait) = peer.and_then(|ip| auth.failures.wait(ip)) {
+                return challenge::too_many_failures(wait);
+            }
+            match auth.verifier.verify(token).await {
+                Ok(principal) => principal,
+                Err(why) => {
+                    if let Some(ip) = peer {
+                        auth.failures.count(ip);
+                    }
+                    tracing::info!(reason = why.as_str(), "bearer token refused");
+                    return challenge::unauthorized(&auth.metadata, hint, true);
+                }
+            }
+        }
+    };
+    request.extensions_mut().insert(principal);
+    next.run(request).await
+}
+
+/// The token of an `Authorization: Bearer …` header (scheme case-insensitive, RFC 6750 §2.1).
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// 403 `insufficient_scope` (step-up, naming only the scope this call needs) when the called
+/// tool needs a scope the principal lacks; the refusal is audited like any other denial. A tool
+/// hidden from everyone needs no scope here: it gets what an unknown tool gets, from the gate.
+pub(super) async fn scope(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+    let Some(needed) = auth.needed(&request) else {
+        return next.run(request).await;
+    };
+    let Some(principal) = request.extensions().get::<Principal>() else {
+        // Only reachable if the token layer is not in front of this one: refuse, never skip.
+        return challenge::unauthorized(&auth.metadata, &needed, false);
+    };
+    if !principal.may(Some(&needed)) {
+        let called = request.extensions().get::<Called>();
+        let tool = called.and_then(|c| c.tool.as_deref()).unwrap_or_default();
+        auth.server
+            .record_scope_refusal(principal, tool, called.and_then(|c| c.arguments.as_ref()))
+            .await;
+        return challenge::insufficient_scope(&auth.metadata, &needed);
+    }
+    next.run(request).await
+}
+
+/// Failed token checks per client address, in fixed windows.
+#[derive(Debug, Default)]
+struct Failures {
+    windows: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+}
+
+impl Failures {
+    /// How long `ip` must wait before its tokens are checked again, if it used up its failures.
+    fn wait(&self, ip: IpAddr) -> Option<Duration> {
+        let windows = crate::lock(&self.windows);
+        let (failures, since) = windows.get(&ip)?;
+        let left = FAILURE_WINDOW.checked_sub(since.elapsed())?;
+        (*failures >= FAILURES_ALLOWED).then_some(left)
+    }
+
+    fn count(&self, ip: IpAddr) {
+        let mut windows = crate::lock(&self.windows);
+        if windows.len() >= 10_000 {
+            windows.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
+        }
+        let window = windows.entry(ip).or_insert((0, Instant::now()));
+        if window.1.elapsed() >= FAILURE_WINDOW {
+            *window = (0, Instant::now());
+        }
+        window.0 += 1;
+    }
+}
