@@ -107,9 +107,10 @@ pub(super) fn query_token() -> Response {
     )
 }
 
-/// A JSON-RPC error without an id, for refusals before any message is read.
-pub(super) fn rpc_error(status: StatusCode, message: String) -> Response {
-    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": message}});
+/// A JSON-RPC error without an id (JSON-RPC 2.0 §5: the request's id is not known, or not
+/// trusted, when the front door refuses it) with the HTTP `status` that says the same.
+pub(super) fn rpc_error(status: StatusCode, code: i64, message: String) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],

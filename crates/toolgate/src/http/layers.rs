@@ -8,8 +8,8 @@
 //! 3. [`no_token_in_query`]: OAuth 2.1 §5.1.1, a token never travels in the URL → 400.
 //! 4. [`body_cap`]: the body read within a size cap and a deadline → 413 / 408 / 400; the request
 //!    goes on with the bytes read.
-//! 5. [`called`]: the tool a `tools/call` names, and its arguments, go on as [`Called`] (rmcp
-//!    parses the message again and answers malformed ones itself).
+//! 5. [`json_rpc`]: one JSON-RPC message with a single reading (`message.rs`) → 415 / 400; the
+//!    tool a `tools/call` names goes on as [`Called`].
 //! 6. [`bearer`] (with authentication): the token (`auth.rs`) → 401 / 429; the verified
 //!    [`Principal`] goes on.
 //! 7. [`scope`] (with authentication): the scope the called tool needs → 403 `insufficient_scope`,
@@ -21,7 +21,8 @@
 //! adds to the extensions, so each can be read, and tested with `tower::ServiceExt::oneshot`,
 //! on its own. Why this order: the header checks cost nothing but the headers already read; the
 //! body is bounded before anything parses it; the message is read before the token so that a 401
-//! can name the scope the call needs; the scope needs both the message and the principal.
+//! can name the scope the call needs, and a body nobody could read costs no signature check; the
+//! scope needs both the message and the principal.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -34,11 +35,11 @@ use axum::middleware::Next;
 use axum::response::Response;
 use http::{HeaderMap, Method, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
-use serde_json::Value;
 use toolgate_core::principal::Principal;
 
 use super::auth::Verifier;
 use super::challenge::{self, Metadata};
+use super::message::{self, Called, INVALID_REQUEST};
 use super::{HttpConfig, MAX_HEADER_BYTES, Peer};
 use crate::GateServer;
 
@@ -62,6 +63,7 @@ pub(super) async fn header_cap(request: Request, next: Next) -> Response {
     if size > MAX_HEADER_BYTES {
         return challenge::rpc_error(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            INVALID_REQUEST,
             format!("request headers larger than {MAX_HEADER_BYTES} bytes"),
         );
     }
@@ -107,13 +109,21 @@ pub(super) async fn host_and_origin(
         .to_ascii_lowercase();
     if !host_allowed(&host, &door.hosts) {
         tracing::warn!(host = %host, "request with a Host that is not ours refused (DNS rebinding?)");
-        return challenge::rpc_error(StatusCode::FORBIDDEN, "host not allowed".to_owned());
+        return challenge::rpc_error(
+            StatusCode::FORBIDDEN,
+            INVALID_REQUEST,
+            "host not allowed".to_owned(),
+        );
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !origin_allowed(origin, &door.origins) {
             tracing::warn!(origin = %origin, "request from an Origin that is not allowed refused");
-            return challenge::rpc_error(StatusCode::FORBIDDEN, "origin not allowed".to_owned());
+            return challenge::rpc_error(
+                StatusCode::FORBIDDEN,
+                INVALID_REQUEST,
+                "origin not allowed".to_owned(),
+            );
         }
     }
     next.run(request).await
@@ -202,75 +212,76 @@ async fn read_capped(body: Body, caps: Caps) -> Result<Bytes, Response> {
         Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
             Err(challenge::rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
+                INVALID_REQUEST,
                 format!("request body larger than {} bytes", caps.max_body),
             ))
         }
         Ok(Err(_)) => Err(challenge::rpc_error(
             StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
             "request body could not be read".to_owned(),
         )),
         Err(_) => Err(challenge::rpc_error(
             StatusCode::REQUEST_TIMEOUT,
+            INVALID_REQUEST,
             "request body not received in time".to_owned(),
         )),
     }
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5. The called tool
+// 5. One JSON-RPC message
 
-/// The tool a `tools/call` names and its arguments; empty for every other message. Rides in the
-/// request's extensions to the token and scope layers.
-#[derive(Debug, Clone, Default)]
-pub(super) struct Called {
-    pub(super) tool: Option<String>,
-    pub(super) arguments: Option<serde_json::Map<String, Value>>,
-}
-
-impl Called {
-    fn parse(body: &[u8]) -> Self {
-        #[derive(serde::Deserialize)]
-        struct Message {
-            method: Option<String>,
-            params: Option<Params>,
-        }
-        #[derive(serde::Deserialize)]
-        struct Params {
-            name: Option<String>,
-            arguments: Option<serde_json::Map<String, Value>>,
-        }
-        let Ok(message) = serde_json::from_slice::<Message>(body) else {
-            return Self::default();
-        };
-        match (message.method.as_deref(), message.params) {
-            (Some("tools/call"), Some(params)) => Self {
-                tool: params.name,
-                arguments: params.arguments,
-            },
-            _ => Self::default(),
-        }
-    }
-}
-
-/// Looks at what a POST calls, before dispatch, and lets it go on as [`Called`].
+/// A POST must carry one JSON-RPC message with a single reading: 415 for another `Content-Type`,
+/// 400 with a JSON-RPC error (-32700 / -32600 / -32602, id null) for a body that is not one.
+/// What a `tools/call` names goes on as [`Called`].
 ///
 /// Runs after [`body_cap`], which has read the body within its caps, so reading it again here
-/// waits for nothing (the axum way of looking at a body in a middleware).
-pub(super) async fn called(request: Request, next: Next) -> Response {
+/// waits for nothing (the axum way of looking at a body in a middleware). The `Content-Type` is
+/// checked here, with rmcp's rule, rather than left to rmcp: a body this layer did not read must
+/// never be dispatched.
+pub(super) async fn json_rpc(request: Request, next: Next) -> Response {
     if request.method() != Method::POST {
         return next.run(request).await;
+    }
+    if !json_content(request.headers()) {
+        return challenge::rpc_error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            INVALID_REQUEST,
+            "Content-Type must be application/json".to_owned(),
+        );
     }
     let (mut parts, body) = request.into_parts();
     let Ok(collected) = body.collect().await else {
         return challenge::rpc_error(
             StatusCode::BAD_REQUEST,
+            INVALID_REQUEST,
             "request body could not be read".to_owned(),
         );
     };
     let bytes = collected.to_bytes();
-    parts.extensions.insert(Called::parse(&bytes));
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    match message::read(&bytes) {
+        Ok(called) => {
+            parts.extensions.insert(called);
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(error) => {
+            tracing::info!(error = %error, "a body that is no JSON-RPC message refused");
+            challenge::rpc_error(StatusCode::BAD_REQUEST, error.code(), error.to_string())
+        }
+    }
+}
+
+/// `application/json`, parameters aside (rmcp's own test).
+fn json_content(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| {
+            let essence = value.split_once(';').map_or(value, |(essence, _)| essence);
+            essence.trim().eq_ignore_ascii_case("application/json")
+        })
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -5,23 +5,26 @@
 //! `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` checks and -32020, legacy sessions for
 //! `initialize` clients). Everything in front of it is ours: a stack of tower layers
 //! (`layers.rs`), one check each, in this order for every request: header size (431) → `Host`
-//! (DNS rebinding) and `Origin` (present and not allowed: 403) → no token in the query (400) →
-//! the body, read with a size cap and a deadline (413 / 408) → the tool it calls → bearer token
-//! (`auth.rs`; 401 with a `WWW-Authenticate` challenge naming the RFC 9728 metadata) → the
-//! called tool's scope (403
+//! (DNS rebinding) and `Origin` (present and not allowed: 403) → no token in the query (400) → the body, read with a size cap and a deadline (413 / 408) → one JSON-RPC message
+//! with a single reading (415 / 400 with -32700 / -32600) → bearer token (`auth.rs`; 401 with a
+//! `WWW-Authenticate` challenge naming the RFC 9728 metadata) → the called tool's scope (403
 //! `insufficient_scope`, step-up) → `dispatch` to rmcp. The verified principal rides in the
 //! request's extensions; the gate reads it from there, so approvals, budgets, rate limits and
 //! audit records are about the token's subject. Tokens never go further: the gateway's upstream
 //! connections carry their own credentials.
 //!
-//! Design decision: the front door reads each message before rmcp does: the scope a call needs
+//! Design decision: the front door reads each message before rmcp does (the scope a call needs
 //! depends on the tool it names, and the 403 must be an HTTP answer that the client's OAuth stack
-//! acts on. The body cap makes that cheap to bound.
+//! acts on), so two parsers read every request. A body is let through only when it has one
+//! reading (`strict.rs`: no repeated member names, UTF-8, bounded nesting), so that the tool
+//! whose scope was checked is the tool rmcp calls.
 
 pub mod auth;
 mod challenge;
 mod error;
 mod layers;
+mod message;
+mod strict;
 #[cfg(test)]
 mod tests;
 
@@ -35,7 +38,7 @@ use axum::extract::{Request, State};
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
-use http::{Method, header};
+use http::{Method, StatusCode, header};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio::net::TcpListener;
@@ -161,7 +164,7 @@ pub fn router(
         .layer(headers.clone())
         .layer(from_fn(layers::no_token_in_query))
         .layer(from_fn_with_state(caps, layers::body_cap))
-        .layer(from_fn(layers::called))
+        .layer(from_fn(layers::json_rpc))
         .option_layer(
             auth.clone()
                 .map(|auth| from_fn_with_state(auth, layers::bearer)),
@@ -256,6 +259,15 @@ async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response
         .then(|| request.headers().get(SESSION_HEADER).cloned())
         .flatten();
     let response = mcp.service.handle(request).await;
+    if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        // rmcp says 415 for a body it cannot deserialize, but the Content-Type was checked in
+        // front: what rmcp could not read is the message (an error response without a code, say).
+        return challenge::rpc_error(
+            StatusCode::BAD_REQUEST,
+            message::INVALID_REQUEST,
+            "not a JSON-RPC message this server reads".to_owned(),
+        );
+    }
     if let (Some(sub), Some(session)) = (sub, response.headers().get(SESSION_HEADER))
         && let Ok(session) = session.to_str()
     {

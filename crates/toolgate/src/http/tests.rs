@@ -27,7 +27,9 @@ use toolgate_store::journal::Journal;
 use tower::ServiceExt;
 
 use super::auth::{AuthConfig, KeySource, Verifier};
-use super::layers::{self, Auth, Called, Caps, Door, host_allowed, normal_origin, origin_allowed};
+use super::layers::{self, Auth, Caps, Door, host_allowed, normal_origin, origin_allowed};
+use super::message::Called;
+use super::strict::{self, JsonError, MAX_DEPTH};
 use super::{HttpConfig, ResourceError, canonical_resource, router};
 use crate::GateServer;
 use crate::server::Gate;
@@ -686,20 +688,240 @@ async fn body_cap_reads_a_post_within_its_size_and_time_and_hands_on_exactly_tho
     assert_eq!((status, &body["body"]), (StatusCode::OK, &json!("")));
 }
 
+/// `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{…}}` with `params` as given (raw).
+fn call_with_params(params: &str) -> String {
+    format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#)
+}
+
+/// `depth` arrays nested in each other, as the arguments' one member.
+fn nested(depth: usize) -> String {
+    // The message object, params and arguments are three levels already.
+    let arrays = depth - 3;
+    call_with_params(&format!(
+        r#"{{"name":"read_ledger","arguments":{{"deep":{}{}}}}}"#,
+        "[".repeat(arrays),
+        "]".repeat(arrays)
+    ))
+}
+
 #[tokio::test]
-async fn called_hands_on_the_tool_a_call_names_and_the_body_unchanged() {
+async fn json_rpc_lets_one_message_with_one_reading_through_and_refuses_the_rest_with_400() {
     let app = axum::Router::new()
         .route("/mcp", any(reached))
-        .layer(from_fn(layers::called));
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"write_note"}}"#;
-    let (status, reply) = answer(&app, post(body)).await;
-    assert_eq!(status, StatusCode::OK);
-    assert_eq!(
-        (&reply["tool"], &reply["body"]),
-        (&json!("write_note"), &json!(body))
-    );
-    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-    assert_eq!(answer(&app, post(list)).await.1["tool"], Value::Null);
+        .layer(from_fn(layers::json_rpc));
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
+    let twice_in_meta = r#"{"name":"read_ledger","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/protocolVersion":"2025-11-25"}}"#.to_owned();
+    let refused: Vec<(&str, Vec<u8>, i64)> =
+        vec![
+        // -32700: no single reading as JSON.
+        ("empty body", Vec::new(), -32700),
+        ("not JSON", b"{\"jsonrpc\":".to_vec(), -32700),
+        (
+            "not UTF-8",
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"x\":\"\xff\"}".to_vec(),
+            -32700,
+        ),
+        (
+            "a lone surrogate",
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping","x":"\ud800"}"#.to_vec(),
+            -32700,
+        ),
+        (
+            "trailing bytes",
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"}x"#.to_vec(),
+            -32700,
+        ),
+        (
+            "two messages",
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping"} {"jsonrpc":"2.0","id":2,"method":"ping"}"#
+                .to_vec(),
+            -32700,
+        ),
+        (
+            "nested 65 deep",
+            nested(MAX_DEPTH + 1).into_bytes(),
+            -32700,
+        ),
+        // -32600: JSON, but not one JSON-RPC message with one reading.
+        (
+            "a batch",
+            br#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#.to_vec(),
+            -32600,
+        ),
+        ("an empty batch", b"[]".to_vec(), -32600),
+        ("a string", br#""ping""#.to_vec(), -32600),
+        ("no jsonrpc", br#"{"id":1,"method":"ping"}"#.to_vec(), -32600),
+        (
+            "jsonrpc 1.0",
+            br#"{"jsonrpc":"1.0","id":1,"method":"ping"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "method not a string",
+            br#"{"jsonrpc":"2.0","id":1,"method":7}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "id null on a request",
+            br#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "id an object",
+            br#"{"jsonrpc":"2.0","id":{},"method":"ping"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "id a fraction",
+            br#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "params a list",
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping","params":[]}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "method and result",
+            br#"{"jsonrpc":"2.0","id":1,"method":"ping","result":{}}"#.to_vec(),
+            -32600,
+        ),
+        ("no method, result or error", br#"{"jsonrpc":"2.0","id":1}"#.to_vec(), -32600),
+        (
+            "a result without an id",
+            br#"{"jsonrpc":"2.0","result":{}}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "method twice",
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "jsonrpc twice",
+            br#"{"jsonrpc":"2.0","jsonrpc":"2.0","id":1,"method":"ping"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "id twice",
+            br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "params twice",
+            call_with_params(r#"{"name":"read_ledger"},"params":{"name":"write_note"}"#)
+                .into_bytes(),
+            -32600,
+        ),
+        (
+            "name twice in params",
+            call_with_params(r#"{"name":"read_ledger","name":"write_note"}"#).into_bytes(),
+            -32600,
+        ),
+        (
+            "name twice, once spelt with an escape",
+            call_with_params(r#"{"name":"read_ledger","n\u0061me":"write_note"}"#).into_bytes(),
+            -32600,
+        ),
+        (
+            "the protocol version twice in _meta",
+            call_with_params(&twice_in_meta).into_bytes(),
+            -32600,
+        ),
+        (
+            "a member twice deep in the arguments",
+            call_with_params(r#"{"name":"read_ledger","arguments":{"a":[{"b":1,"b":2}]}}"#)
+                .into_bytes(),
+            -32600,
+        ),
+        // -32602: a tools/call whose tool cannot be told.
+        (
+            "tools/call without params",
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call"}"#.to_vec(),
+            -32602,
+        ),
+        (
+            "tools/call with a number for a name",
+            call_with_params(r#"{"name":7}"#).into_bytes(),
+            -32602,
+        ),
+        (
+            "tools/call with a list of arguments",
+            call_with_params(r#"{"name":"read_ledger","arguments":[]}"#).into_bytes(),
+            -32602,
+        ),
+    ];
+    for (name, body, code) in refused {
+        let (status, answer) = answer(&app, post(body)).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{name}: {answer}");
+        assert_rpc_error(&answer, code, name);
+    }
+
+    let passed: Vec<(&str, String, Value)> = vec![
+        (
+            "a tools/call",
+            call_with_params(&format!(
+                r#"{{"name":"write_note","arguments":{{"text":"hi"}},{meta}}}"#
+            )),
+            json!("write_note"),
+        ),
+        ("nested 64 deep", nested(MAX_DEPTH), json!("read_ledger")),
+        (
+            "arguments null",
+            call_with_params(r#"{"name":"read_ledger","arguments":null}"#),
+            json!("read_ledger"),
+        ),
+        (
+            "a request without params",
+            r#"{"jsonrpc":"2.0","id":"a","method":"tools/list"}"#.to_owned(),
+            Value::Null,
+        ),
+        (
+            "a notification",
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.to_owned(),
+            Value::Null,
+        ),
+        (
+            "a response",
+            r#"{"jsonrpc":"2.0","id":3,"result":{}}"#.to_owned(),
+            Value::Null,
+        ),
+        (
+            "an error response to an unreadable request",
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"no"}}"#.to_owned(),
+            Value::Null,
+        ),
+        (
+            "the same member name in two objects",
+            call_with_params(r#"{"name":"read_ledger","arguments":{"name":"x"}}"#),
+            json!("read_ledger"),
+        ),
+    ];
+    for (name, body, tool) in passed {
+        let (status, answer) = answer(&app, post(body.clone())).await;
+        assert_eq!(status, StatusCode::OK, "{name}: {answer}");
+        assert_eq!(answer["tool"], tool, "{name}");
+        assert_eq!(answer["body"], body.as_str(), "{name}: the body handed on");
+    }
+
+    // 415 stays for a body that does not say it is JSON; the charset parameter is fine.
+    for (content_type, expected) in [
+        (Some("text/plain"), StatusCode::UNSUPPORTED_MEDIA_TYPE),
+        (None, StatusCode::UNSUPPORTED_MEDIA_TYPE),
+        (Some("application/json; charset=utf-8"), StatusCode::OK),
+    ] {
+        let mut request = post(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#);
+        match content_type {
+            Some(value) => request
+                .headers_mut()
+                .insert(header::CONTENT_TYPE, value.parse().expect("value")),
+            None => request.headers_mut().remove(header::CONTENT_TYPE),
+        };
+        assert_eq!(answer(&app, request).await.0, expected, "{content_type:?}");
+    }
+    // A GET carries no message: nothing to read.
+    let get = Request::get("/mcp").body(Body::empty()).expect("request");
+    assert_eq!(answer(&app, get).await.0, StatusCode::OK);
 }
 
 #[tokio::test]
@@ -865,6 +1087,10 @@ async fn the_checks_run_in_the_documented_order() {
         );
         request
     };
+    let garbage = |request: Request<Body>| {
+        let (parts, _) = request.into_parts();
+        Request::from_parts(parts, Body::from("{not json"))
+    };
     let rows: Vec<(&str, Request<Body>, StatusCode)> = vec![
         (
             "oversized headers before a foreign Host",
@@ -894,7 +1120,7 @@ async fn the_checks_run_in_the_documented_order() {
             StatusCode::BAD_REQUEST,
         ),
         (
-            "the body's size before the token",
+            "the body's size before its content and the token",
             {
                 let (parts, _) = call("write_note", &json!({})).into_parts();
                 let mut body = b"{not json ".to_vec();
@@ -902,6 +1128,11 @@ async fn the_checks_run_in_the_documented_order() {
                 Request::from_parts(parts, Body::from(body))
             },
             StatusCode::PAYLOAD_TOO_LARGE,
+        ),
+        (
+            "the message before the token",
+            garbage(call("write_note", &json!({}))),
+            StatusCode::BAD_REQUEST,
         ),
         (
             "the token before the scope",
@@ -926,4 +1157,111 @@ async fn the_checks_run_in_the_documented_order() {
     }
     // Only the last reached a check that records: the scope refusal.
     assert_eq!(audit(&data).len(), 1);
+}
+
+#[tokio::test]
+async fn a_body_with_two_readings_runs_nothing_and_the_server_goes_on() {
+    let App { app, keys, data } = app().await;
+    let writer = token(&keys, &claims("notes:read notes:write"));
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"0"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+    let bodies = [
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"read_ledger","name":"write_note","arguments":{{"request_id":"req-00005","text":"hi"}},{meta}}}}}"#
+        ),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","method":"tools/call","params":{{"name":"write_note","arguments":{{"request_id":"req-00006","text":"hi"}},{meta}}}}}"#
+        ),
+        format!(
+            r#"[{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"write_note","arguments":{{"request_id":"req-00007","text":"hi"}},{meta}}}}}]"#
+        ),
+    ];
+    for body in bodies {
+        let (parts, _) = with_token(call("write_note", &json!({})), &writer).into_parts();
+        let request = Request::from_parts(parts, Body::from(body.clone()));
+        let (status, _, answer) = send(&app, request).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        assert_eq!(
+            serde_json::from_str::<Value>(&answer).expect("json")["error"]["code"],
+            -32600
+        );
+    }
+    assert!(
+        audit(&data).is_empty(),
+        "nothing was decided, nothing recorded"
+    );
+    let arguments = json!({"request_id": "req-00008", "text": "hi"});
+    let (status, _, body) = send(&app, with_token(call("write_note", &arguments), &writer)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body.contains("committed"), "{body}");
+}
+
+#[tokio::test]
+async fn a_message_rmcp_cannot_read_gets_400_not_415() {
+    let App { app, keys, .. } = app().await;
+    let reader = token(&keys, &claims("notes:read"));
+    // A JSON-RPC error response must carry a code and a message; rmcp answered this with 415.
+    let body = r#"{"jsonrpc":"2.0","id":1,"error":{}}"#;
+    let (parts, _) = with_token(call("read_ledger", &json!({})), &reader).into_parts();
+    let request = Request::from_parts(parts, Body::from(body));
+    let (status, _, answer) = send(&app, request).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).expect("json");
+    assert_rpc_error(&answer, -32600, "an error without a code");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strict JSON
+
+#[test]
+fn strict_json_has_one_reading_or_none() {
+    // Numbers and strings read as serde_json reads them.
+    assert_eq!(
+        strict::parse(
+            br#" {"a":[18446744073709551615,-9223372036854775808,1.5,1e2,"\u00e9"],"b":null} "#
+        ),
+        Ok(json!({"a": [u64::MAX, i64::MIN, 1.5, 100.0, "é"], "b": null}))
+    );
+    let nest = |depth: usize| format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    assert!(strict::parse(nest(MAX_DEPTH).as_bytes()).is_ok());
+    assert_eq!(
+        strict::parse(nest(MAX_DEPTH + 1).as_bytes()),
+        Err(JsonError::TooDeep)
+    );
+    assert_eq!(
+        strict::parse(nest(10_000).as_bytes()),
+        Err(JsonError::TooDeep),
+        "refused long before any reader's stack runs out"
+    );
+    for (text, name) in [
+        (r#"{"a":1,"a":1}"#, "a"),
+        (r#"{"a":1,"\u0061":2}"#, "a"),
+        (r#"{"x":{"y":[{"z":1,"z":2}]}}"#, "z"),
+        (r#"{"":1,"":2}"#, ""),
+    ] {
+        assert_eq!(
+            strict::parse(text.as_bytes()),
+            Err(JsonError::Duplicate {
+                name: name.to_owned()
+            }),
+            "{text}"
+        );
+    }
+    assert_eq!(strict::parse(b"\"\xc3\""), Err(JsonError::NotUtf8));
+    for text in [
+        "",
+        "{} x",
+        "{} {}",
+        r#""\udc00""#,
+        "\u{feff}{}",
+        "{'a':1}",
+        "NaN",
+    ] {
+        assert!(
+            matches!(
+                strict::parse(text.as_bytes()),
+                Err(JsonError::Syntax { .. })
+            ),
+            "{text:?}"
+        );
+    }
 }

@@ -432,3 +432,131 @@ fn slow_clients_and_oversized_headers_are_cut_off() {
         "nothing was decided, nothing recorded"
     );
 }
+
+/// Bodies that are not one JSON-RPC message with a single reading get 400 and a JSON-RPC error
+/// (415 stays for a wrong Content-Type), whatever token comes with them; nothing runs, and the
+/// server goes on serving. The duplicate-name rows are the ones a scope check and a dispatcher
+/// could read differently: the front door and rmcp must never disagree about what was asked.
+#[test]
+fn bodies_without_a_single_reading_get_400_and_nothing_runs() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &[]);
+    let resource = server.resource();
+    let read = rsa.sign(&claims(&resource, "user-alice", "tickets:read"));
+    let write = rsa.sign(&claims(
+        &resource,
+        "user-alice",
+        "tickets:read tickets:write",
+    ));
+    let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"t","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}"#;
+    let note = r#""arguments":{"id":"T-1001","note":"smuggled"}"#;
+    let call = |params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{{params}}}}}"#)
+            .into_bytes()
+    };
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"get_ticket","arguments":{{"id":"T-1001","x":{}{}}},{meta}}}}}"#,
+        "[".repeat(62),
+        "]".repeat(62)
+    );
+    let rows: Vec<(&str, &str, Vec<u8>, i64)> = vec![
+        ("not JSON", &write, b"{\"jsonrpc\": \"2.0\", \"id\"".to_vec(), -32700),
+        (
+            "not UTF-8",
+            &write,
+            [&call(&format!(r#""name":"get_ticket",{meta},"x":""#))[..], b"\xff\"}}"].concat(),
+            -32700,
+        ),
+        ("nested 65 deep", &write, deep.into_bytes(), -32700),
+        (
+            "a batch",
+            &write,
+            [b"[".as_slice(), &call(&format!(r#""name":"get_ticket",{meta}"#)), b"]"].concat(),
+            -32600,
+        ),
+        (
+            "not JSON-RPC",
+            &write,
+            br#"{"method":"tools/call","params":{"name":"get_ticket"}}"#.to_vec(),
+            -32600,
+        ),
+        (
+            "\"method\" twice",
+            &write,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/list","method":"tools/call","params":{{"name":"add_internal_note",{note},{meta}}}}}"#
+            )
+            .into_bytes(),
+            -32600,
+        ),
+        (
+            "the protocol version twice in _meta",
+            &write,
+            call(&format!(
+                r#""name":"add_internal_note",{note},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/protocolVersion":"2025-11-25","io.modelcontextprotocol/clientInfo":{{"name":"t","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}"#
+            )),
+            -32600,
+        ),
+        (
+            "\"name\" twice in params (read token)",
+            &read,
+            call(&format!(r#""name":"get_ticket","name":"add_internal_note",{note},{meta}"#)),
+            -32600,
+        ),
+        (
+            "\"name\" twice in params (write token)",
+            &write,
+            call(&format!(r#""name":"add_internal_note","name":"get_ticket",{note},{meta}"#)),
+            -32600,
+        ),
+    ];
+    for (name, token, body, code) in rows {
+        let auth = format!("Bearer {token}");
+        let reply = server.request(
+            "POST",
+            "/mcp",
+            &[
+                ("MCP-Protocol-Version", "2026-07-28"),
+                ("Mcp-Method", "tools/call"),
+                ("Mcp-Name", "add_internal_note"),
+                ("Accept", "application/json, text/event-stream"),
+                ("Content-Type", "application/json"),
+                ("Authorization", &auth),
+            ],
+            body,
+        );
+        eprintln!("{name:<40} -> {}", reply.summary());
+        assert_eq!(reply.status, 400, "{name}: {}", reply.summary());
+        let answer = reply.json();
+        assert_eq!(answer["jsonrpc"], "2.0", "{name}: {answer}");
+        assert_eq!(answer["id"], Value::Null, "{name}: {answer}");
+        assert_eq!(reply.rpc_error_code(), Some(code), "{name}: {answer}");
+    }
+    // A wrong Content-Type is still 415.
+    let auth = format!("Bearer {write}");
+    let reply = server.request(
+        "POST",
+        "/mcp",
+        &[
+            ("Accept", "application/json, text/event-stream"),
+            ("Content-Type", "text/plain"),
+            ("Authorization", &auth),
+        ],
+        call(&format!(r#""name":"add_internal_note",{note},{meta}"#)),
+    );
+    assert_eq!(reply.status, 415, "{}", reply.summary());
+
+    // Nothing ran, nothing reached the gate, and the server still answers.
+    let notes = scratch.data().join("helpdesk").join("notes.jsonl");
+    assert_eq!(std::fs::read_to_string(&notes).unwrap_or_default(), "");
+    assert!(
+        scratch.records().is_empty(),
+        "a refused body reached the gate: {:#?}",
+        scratch.records()
+    );
+    let result = server.call_result(&read, "get_ticket", json!({"id": "T-1001"}));
+    assert!(!is_error(&result), "{result}");
+    server.stop();
+    assert_audit_verifies(&scratch);
+}
