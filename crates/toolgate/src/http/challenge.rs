@@ -98,11 +98,12 @@ pub(super) fn too_many_failures(wait: std::time::Duration) -> Response {
         .into_response()
 }
 
-/// 400 for a token sent in the query string.
-pub(super) fn query_token() -> Response {
+/// 400 `invalid_request` (RFC 6750 §3.1): the token is sent in a way that is refused whatever it
+/// holds (in the query string, or in two `Authorization` headers).
+pub(super) fn invalid_request(description: &str) -> Response {
     with_challenge(
         StatusCode::BAD_REQUEST,
-        "Bearer error=\"invalid_request\", error_description=\"send the token in the Authorization header\"",
+        &format!("Bearer error=\"invalid_request\", error_description=\"{description}\""),
         json!({"error": "invalid_request"}),
     )
 }

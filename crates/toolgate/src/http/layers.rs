@@ -3,14 +3,14 @@
 //! order (the first listed sees the request first):
 //!
 //! 1. [`header_cap`]: headers larger than [`MAX_HEADER_BYTES`] → 431.
-//! 2. [`host_and_origin`]: the `Host` is one of ours (DNS rebinding), a present `Origin` is
-//!    allowed → 403.
+//! 2. [`host_and_origin`]: exactly one `Host`, and one of ours (DNS rebinding); at most one
+//!    `Origin`, and an allowed one → 400 / 403.
 //! 3. [`no_token_in_query`]: OAuth 2.1 §5.1.1, a token never travels in the URL → 400.
 //! 4. [`body_cap`]: the body read within a size cap and a deadline → 413 / 408 / 400; the request
 //!    goes on with the bytes read.
 //! 5. [`json_rpc`]: one JSON-RPC message with a single reading (`message.rs`) → 415 / 400; the
 //!    tool a `tools/call` names goes on as [`Called`].
-//! 6. [`bearer`] (with authentication): the token (`auth.rs`) → 401 / 429; the verified
+//! 6. [`bearer`] (with authentication): the token (`auth.rs`) → 401 / 429 / 400; the verified
 //!    [`Principal`] goes on.
 //! 7. [`scope`] (with authentication): the scope the called tool needs → 403 `insufficient_scope`,
 //!    audited.
@@ -96,12 +96,26 @@ impl Door {
 }
 
 /// DNS-rebinding defence: the `Host` must be one of ours, and a present `Origin` must be allowed.
+///
+/// A second `Host` or `Origin` is 400 before either is looked at (RFC 9112 §3.2 for `Host`): a
+/// check that reads the first and a reader further in that reads the last would otherwise judge
+/// two different requests.
 pub(super) async fn host_and_origin(
     State(door): State<Arc<Door>>,
     request: Request,
     next: Next,
 ) -> Response {
     let headers = request.headers();
+    for (name, what) in [(header::HOST, "Host"), (header::ORIGIN, "Origin")] {
+        if headers.get_all(&name).iter().nth(1).is_some() {
+            tracing::warn!(header = what, "request with the header twice refused");
+            return challenge::rpc_error(
+                StatusCode::BAD_REQUEST,
+                INVALID_REQUEST,
+                format!("more than one {what} header"),
+            );
+        }
+    }
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -169,7 +183,7 @@ pub(super) async fn no_token_in_query(request: Request, next: Next) -> Response 
     if request.uri().query().is_some_and(|query| {
         url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "access_token")
     }) {
-        return challenge::query_token();
+        return challenge::invalid_request("send the token in the Authorization header");
     }
     next.run(request).await
 }
@@ -328,7 +342,7 @@ impl Auth {
 
 /// The bearer token (RFC 6750 §2.1): 401 with a challenge naming the metadata and the scope to
 /// ask for when there is none or it is not acceptable (`auth.rs`; every bad token reads the
-/// same), 429 for an address that failed too many checks.
+/// same), 429 for an address that failed too many checks, 400 for two `Authorization` headers.
 /// The verified [`Principal`] goes on in the extensions; the gate reads it from there, so
 /// approvals, budgets, rate limits and audit records are about the token's subject.
 pub(super) async fn bearer(
@@ -338,7 +352,16 @@ pub(super) async fn bearer(
 ) -> Response {
     let needed = auth.needed(&request);
     let hint = needed.as_deref().unwrap_or(&auth.all_scopes);
-    let Some(token) = bearer_token(request.headers()) else {
+    let headers = request.headers();
+    if headers
+        .get_all(header::AUTHORIZATION)
+        .iter()
+        .nth(1)
+        .is_some()
+    {
+        return challenge::invalid_request("send one Authorization header");
+    }
+    let Some(token) = bearer_token(headers) else {
         tracing::info!(method = %request.method(), "request without a bearer token refused");
         return challenge::unauthorized(&auth.metadata, hint, false);
     };

@@ -4,8 +4,9 @@
 //! rmcp's `StreamableHttpService` speaks the protocol (stateless 2026-07-28 requests with their
 //! `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` checks and -32020, legacy sessions for
 //! `initialize` clients). Everything in front of it is ours: a stack of tower layers
-//! (`layers.rs`), one check each, in this order for every request: header size (431) → `Host`
-//! (DNS rebinding) and `Origin` (present and not allowed: 403) → no token in the query (400) → the body, read with a size cap and a deadline (413 / 408) → one JSON-RPC message
+//! (`layers.rs`), one check each, in this order for every request: header size (431) → one
+//! `Host`, ours, and at most one allowed `Origin` (DNS rebinding; 400 / 403) → no token in the
+//! query (400) → the body, read with a size cap and a deadline (413 / 408) → one JSON-RPC message
 //! with a single reading (415 / 400 with -32700 / -32600) → bearer token (`auth.rs`; 401 with a
 //! `WWW-Authenticate` challenge naming the RFC 9728 metadata) → the called tool's scope (403
 //! `insufficient_scope`, step-up) → `dispatch` to rmcp. The verified principal rides in the

@@ -574,7 +574,7 @@ async fn header_cap_refuses_more_than_32_kib_of_headers() {
 }
 
 #[tokio::test]
-async fn host_and_origin_refuse_foreign_values() {
+async fn host_and_origin_refuse_foreign_and_repeated_values_in_any_order() {
     let mut config = HttpConfig::new(RESOURCE).expect("config");
     config.allowed_origins = vec!["https://app.example.test".to_owned()];
     let app = axum::Router::new()
@@ -604,6 +604,39 @@ async fn host_and_origin_refuse_foreign_values() {
             "foreign Origin",
             &[("host", ours), ("origin", "https://evil.test")],
             StatusCode::FORBIDDEN,
+        ),
+        (
+            "Host twice, ours first",
+            &[("host", ours), ("host", "evil.test")],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "Host twice, ours last",
+            &[("host", "evil.test"), ("host", ours)],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "Host twice, both ours",
+            &[("host", ours), ("host", ours)],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "Origin twice, allowed first",
+            &[
+                ("host", ours),
+                ("origin", app_origin),
+                ("origin", "https://evil.test"),
+            ],
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            "Origin twice, allowed last",
+            &[
+                ("host", ours),
+                ("origin", "https://evil.test"),
+                ("origin", app_origin),
+            ],
+            StatusCode::BAD_REQUEST,
         ),
     ];
     for (name, headers, expected) in rows {
@@ -963,6 +996,18 @@ async fn bearer_admits_a_good_token_and_refuses_every_other_with_the_same_401() 
     let (_, challenge, _) = send(&app, calling).await;
     assert!(challenge.ends_with("scope=\"notes:write\""), "{challenge}");
 
+    // Two Authorization headers: refused however good either is.
+    let mut twice = request(Some(&token(&keys, &good)));
+    twice.headers_mut().append(
+        header::AUTHORIZATION,
+        format!("Bearer {}", token(&keys, &good))
+            .parse()
+            .expect("value"),
+    );
+    let (status, challenge, _) = send(&app, twice).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(challenge.contains("invalid_request"), "{challenge}");
+
     let mut expired = good.clone();
     expired["exp"] = json!(now() - 120);
     let refused = [
@@ -1100,6 +1145,15 @@ async fn the_checks_run_in_the_documented_order() {
                 &"a".repeat(40 * 1024),
             ),
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        ),
+        (
+            "a second Host before a foreign Origin",
+            set(
+                set(call("write_note", &json!({})), "host", "evil.test"),
+                "origin",
+                "https://evil.test",
+            ),
+            StatusCode::BAD_REQUEST,
         ),
         (
             "a foreign Origin before the token in the query",

@@ -560,3 +560,76 @@ fn bodies_without_a_single_reading_get_400_and_nothing_runs() {
     server.stop();
     assert_audit_verifies(&scratch);
 }
+
+#[test]
+fn a_second_host_or_origin_header_is_refused_whatever_their_order() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(
+        &scratch,
+        Keys::File(&[&rsa]),
+        &["--allow-origin", ALLOWED_ORIGIN],
+    );
+    let token = rsa.sign(&claims(&server.resource(), "user-alice", "tickets:read"));
+    let ours = format!("127.0.0.1:{}", server.port());
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let exchange = |headers: &[(&str, &str)]| {
+        let mut head = String::from("POST /mcp HTTP/1.1\r\n");
+        for (name, value) in headers {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+        head.push_str(&format!(
+            "Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+             Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+             Mcp-Method: tools/list\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ));
+        let (answer, _) =
+            raw_exchange(&server, head.as_bytes(), std::time::Duration::from_secs(10));
+        answer
+    };
+    // The baseline: one of each gets in.
+    let answer = exchange(&[("Host", &ours), ("Origin", ALLOWED_ORIGIN)]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let rows: &[(&str, &[(&str, &str)])] = &[
+        (
+            "Host twice, ours first",
+            &[("Host", &ours), ("Host", "evil.test")],
+        ),
+        (
+            "Host twice, ours last",
+            &[("Host", "evil.test"), ("Host", &ours)],
+        ),
+        ("Host twice, both ours", &[("Host", &ours), ("Host", &ours)]),
+        (
+            "Origin twice, allowed first",
+            &[
+                ("Host", &ours),
+                ("Origin", ALLOWED_ORIGIN),
+                ("Origin", "https://evil.test"),
+            ],
+        ),
+        (
+            "Origin twice, allowed last",
+            &[
+                ("Host", &ours),
+                ("Origin", "https://evil.test"),
+                ("Origin", ALLOWED_ORIGIN),
+            ],
+        ),
+    ];
+    for (name, headers) in rows {
+        let answer = exchange(headers);
+        eprintln!(
+            "{name:<40} -> {}",
+            answer.lines().next().unwrap_or_default()
+        );
+        assert!(answer.starts_with("HTTP/1.1 400"), "{name}: {answer}");
+    }
+    server.stop();
+    assert!(scratch.records().is_empty(), "tools/list records nothing");
+}
