@@ -139,11 +139,12 @@ impl Signer {
 
     /// A compact JWS of `claims` under `header` (any header: the hostile cases forge their own).
     fn sign_with_header(&self, header: &Value, claims: &Value) -> String {
-        let signing_input = format!(
-            "{}.{}",
-            b64(header.to_string().as_bytes()),
-            b64(claims.to_string().as_bytes())
-        );
+        self.sign_raw(header.to_string().as_bytes(), claims.to_string().as_bytes())
+    }
+
+    /// A compact JWS of the bytes given as header and claims, whatever they are (JSON or not).
+    fn sign_raw(&self, header: &[u8], claims: &[u8]) -> String {
+        let signing_input = format!("{}.{}", b64(header), b64(claims));
         let signature = jsonwebtoken::crypto::sign(signing_input.as_bytes(), &self.key, self.alg)
             .expect("sign the token");
         format!("{signing_input}.{signature}")

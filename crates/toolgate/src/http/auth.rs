@@ -6,8 +6,12 @@
 //! a public key can never be used as an HMAC secret), by a key from the configured JWKS (a local file
 //! or a URL, never a location or key named by the token: `jku`, `x5u` and embedded `jwk` headers are
 //! ignored, `kid` only picks among the configured keys), issued by the configured issuer, for this
-//! server's canonical resource URI, inside `exp`/`nbf` with a small leeway, with a `sub`, and not
-//! typed as some other kind of JWT (an ID token is not an access token).
+//! server's canonical resource URI, inside `exp`/`nbf` with a small leeway and not issued (`iat`)
+//! beyond it in the future, with a `sub`, not typed as some other kind of JWT (an ID token is not
+//! an access token), at most [`MAX_TOKEN_BYTES`] long, and with a JOSE header and claims that are
+//! each one JSON object with a single reading (`strict.rs`), in every member and not only in
+//! those read here: a token that the issuer, jsonwebtoken and a log pipeline could read three
+//! ways is no credential.
 //!
 //! Why a cache of verified tokens: a signature check costs about 200 µs of CPU (ES256 or RS256 with
 //! the RustCrypto backend), and an agent sends the same token with every call. A verified token's principal is kept (keyed by the token's
@@ -25,8 +29,11 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use toolgate_core::principal::Principal;
 
-/// Clock skew allowed on `exp` and `nbf`, in seconds.
+/// Clock skew allowed on `exp`, `nbf` and `iat`, in seconds.
 pub const LEEWAY_SECS: u64 = 30;
+/// Longer tokens are refused unread: far above what an issuer mints (a few hundred bytes to a
+/// couple of KiB), far below the header cap.
+pub const MAX_TOKEN_BYTES: usize = 8 * 1024;
 /// Least time between two JWKS fetches caused by unknown `kid`s (an attacker can mint those).
 const REFRESH_MIN_INTERVAL: Duration = Duration::from_secs(30);
 /// A fetched JWKS is fetched again after this, so rotated keys arrive without an unknown `kid`.
@@ -79,12 +86,14 @@ pub enum ConfigError {
 /// Why a token was refused: for the server's log only. Clients all get the same answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
+    TooLong,
     Malformed,
     Algorithm,
     UnknownKey,
     Signature,
     Expired,
     NotYetValid,
+    IssuedInFuture,
     Issuer,
     Audience,
     Claims,
@@ -95,12 +104,14 @@ impl Rejection {
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::TooLong => "longer than 8 KiB",
             Self::Malformed => "malformed",
             Self::Algorithm => "algorithm not accepted",
             Self::UnknownKey => "no configured key fits",
             Self::Signature => "bad signature",
             Self::Expired => "expired",
             Self::NotYetValid => "not yet valid",
+            Self::IssuedInFuture => "issued in the future",
             Self::Issuer => "wrong issuer",
             Self::Audience => "wrong audience",
             Self::Claims => "missing or malformed claims",
@@ -158,6 +169,9 @@ pub struct Verifier {
 struct Claims {
     sub: Option<String>,
     exp: u64,
+    /// Not checked by jsonwebtoken: a token minted "later" comes from a clock that is wrong, or
+    /// from someone who mints tokens to be used later.
+    iat: Option<u64>,
     /// RFC 8693 / RFC 9068: space-separated scopes.
     scope: Option<String>,
     /// Some issuers send scopes as an array.
@@ -219,6 +233,9 @@ impl Verifier {
     /// # Errors
     /// The token is not acceptable; the reason is for the log.
     pub async fn verify(&self, token: &str) -> Result<Principal, Rejection> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Rejection::TooLong);
+        }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         if let Some(principal) = self.cached(&digest) {
             return Ok(principal);
@@ -233,6 +250,9 @@ impl Verifier {
     }
 
     async fn verify_uncached(&self, token: &str, digest: [u8; 32]) -> Result<Principal, Rejection> {
+        if !strict_json_segments(token) {
+            return Err(Rejection::Malformed);
+        }
         let header = jsonwebtoken::decode_header(token).map_err(|_| Rejection::Malformed)?;
         if !self.config.algorithms.contains(&header.alg) {
             return Err(Rejection::Algorithm);
@@ -259,7 +279,8 @@ impl Verifier {
         for key in candidates {
             match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
                 Ok(data) => {
-                    let (principal, exp) = principal(data.claims)?;
+                    let now = jsonwebtoken::get_current_timestamp();
+                    let (principal, exp) = principal(data.claims, now)?;
                     self.remember(digest, principal.clone(), exp);
                     return Ok(principal);
                 }
@@ -396,7 +417,35 @@ fn fits(jwk: &Jwk, alg: Algorithm) -> bool {
     }
 }
 
-fn principal(claims: Claims) -> Result<(Principal, u64), Rejection> {
+/// The JOSE header and the claims of a compact JWS are each one JSON object with a single reading.
+fn strict_json_segments(token: &str) -> bool {
+    use base64::Engine as _;
+    let mut segments = token.split('.');
+    let (Some(header), Some(claims), Some(_signature), None) = (
+        segments.next(),
+        segments.next(),
+        segments.next(),
+        segments.next(),
+    ) else {
+        return false;
+    };
+    [header, claims].into_iter().all(|segment| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(segment)
+            .ok()
+            .and_then(|json| super::strict::parse(&json).ok())
+            .is_some_and(|value| value.is_object())
+    })
+}
+
+/// The principal of verified claims, and when it expires; `now` in seconds since the epoch.
+fn principal(claims: Claims, now: u64) -> Result<(Principal, u64), Rejection> {
+    if claims
+        .iat
+        .is_some_and(|iat| iat > now.saturating_add(LEEWAY_SECS))
+    {
+        return Err(Rejection::IssuedInFuture);
+    }
     let sub = claims
         .sub
         .filter(|s| !s.is_empty())

@@ -957,6 +957,30 @@ async fn json_rpc_lets_one_message_with_one_reading_through_and_refuses_the_rest
     assert_eq!(answer(&app, get).await.0, StatusCode::OK);
 }
 
+/// `header` and `claims`, as raw JSON text, signed with `keys` (ES256).
+fn token_raw(keys: &Keys, header: &[u8], claims: &[u8]) -> String {
+    let input = format!(
+        "{}.{}",
+        URL_SAFE_NO_PAD.encode(header),
+        URL_SAFE_NO_PAD.encode(claims)
+    );
+    let signature = jsonwebtoken::crypto::sign(input.as_bytes(), &keys.signing, Algorithm::ES256)
+        .expect("sign");
+    format!("{input}.{signature}")
+}
+
+const ES256_HEADER: &[u8] = br#"{"alg":"ES256","typ":"at+jwt","kid":"k1"}"#;
+
+/// `claims` as JSON text with `more` (raw members) appended inside the object.
+fn claims_plus(claims: &Value, more: &[u8]) -> Vec<u8> {
+    let text = claims.to_string();
+    let mut raw = text.as_bytes()[..text.len() - 1].to_vec();
+    raw.extend_from_slice(b",");
+    raw.extend_from_slice(more);
+    raw.extend_from_slice(b"}");
+    raw
+}
+
 #[tokio::test]
 async fn bearer_admits_a_good_token_and_refuses_every_other_with_the_same_401() {
     let Parts {
@@ -981,6 +1005,11 @@ async fn bearer_admits_a_good_token_and_refuses_every_other_with_the_same_401() 
     let (status, body) = answer(&app, request(Some(&token(&keys, &good)))).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_eq!(body["sub"], "user-alice");
+    let mut soon = good.clone();
+    soon["iat"] = json!(now() + 10);
+    let (status, body) = answer(&app, request(Some(&token(&keys, &soon)))).await;
+    assert_eq!(status, StatusCode::OK, "iat inside the leeway: {body}");
+
     // No token: the hint names every scope, or the one scope the called tool needs.
     let (status, challenge, _) = send(&app, request(None)).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);
@@ -1008,11 +1037,62 @@ async fn bearer_admits_a_good_token_and_refuses_every_other_with_the_same_401() 
     assert_eq!(status, StatusCode::BAD_REQUEST);
     assert!(challenge.contains("invalid_request"), "{challenge}");
 
-    let mut expired = good.clone();
-    expired["exp"] = json!(now() - 120);
-    let refused = [
-        ("expired", token(&keys, &expired)),
-        ("not a JWT", "not-a-jwt".to_owned()),
+    let mut future = good.clone();
+    future["iat"] = json!(now() + 120);
+    let mut padded = good.clone();
+    padded["pad"] = json!("x".repeat(super::auth::MAX_TOKEN_BYTES));
+    let claims_text = good.to_string().into_bytes();
+    let refused: Vec<(&str, String)> = vec![
+        ("longer than 8 KiB", token(&keys, &padded)),
+        ("issued 120 s in the future", token(&keys, &future)),
+        (
+            "a member twice in the JOSE header",
+            token_raw(
+                &keys,
+                br#"{"alg":"ES256","typ":"at+jwt","kid":"k1","x-note":"a","x-note":"b"}"#,
+                &claims_text,
+            ),
+        ),
+        (
+            "a member twice in the claims (one no check reads)",
+            token_raw(
+                &keys,
+                ES256_HEADER,
+                &claims_plus(&good, br#""jti":"a","jti":"b""#),
+            ),
+        ),
+        (
+            "sub twice in the claims",
+            token_raw(
+                &keys,
+                ES256_HEADER,
+                &claims_plus(&good, br#""sub":"user-bob""#),
+            ),
+        ),
+        (
+            "claims not UTF-8 (in a member no check reads)",
+            token_raw(
+                &keys,
+                ES256_HEADER,
+                &claims_plus(&good, b"\"note\":\"\xff\""),
+            ),
+        ),
+        (
+            "bytes after the claims",
+            token_raw(
+                &keys,
+                ES256_HEADER,
+                &[claims_text.as_slice(), b"x"].concat(),
+            ),
+        ),
+        (
+            "bytes after the JOSE header",
+            token_raw(&keys, &[ES256_HEADER, b"x"].concat(), &claims_text),
+        ),
+        (
+            "claims that are a list",
+            token_raw(&keys, ES256_HEADER, b"[1]"),
+        ),
     ];
     let mut answers = Vec::new();
     for (name, bad) in &refused {

@@ -1,6 +1,6 @@
 //! The bearer token checks, case by case, against one server whose keys (RS256, ES256 and EdDSA)
 //! are in a JWKS file: the seed's "no token" and "wrong aud" rows and every other way a token can
-//! be wrong, forged or smuggled. Every refused token gets the same 401, byte for byte: error
+//! be wrong, forged or smuggled, including signed tokens whose JSON has more than one reading. Every refused token gets the same 401, byte for byte: error
 //! bodies say nothing that helps an attacker tell which check failed.
 
 use rsa::pkcs1::EncodeRsaPublicKey as _;
@@ -40,6 +40,56 @@ fn logged_refusals(server: &HttpServer) -> Vec<String> {
                 .to_owned()
         })
         .collect()
+}
+
+/// Each of `refused` gets 401 `invalid_token`, the same challenge and body as every other, and
+/// the server logs the reason the row names (so the row tests the check it is named after).
+fn assert_refused_alike(
+    server: &HttpServer,
+    ask: &dyn Fn(Option<&str>) -> Reply,
+    refused: &[Refused],
+) {
+    let mut first: Option<Reply> = None;
+    for case in refused {
+        let before = logged_refusals(server).len();
+        let reply = ask(Some(&case.token));
+        eprintln!("{:<40} -> {}", case.name, reply.summary());
+        assert_eq!(reply.status, 401, "{}: {}", case.name, reply.summary());
+        let logged = logged_refusals(server);
+        assert_eq!(
+            logged[before..],
+            [case.why.to_owned()],
+            "{}: the server's log gives another reason\n{}",
+            case.name,
+            server.log_text()
+        );
+        assert!(
+            reply
+                .challenge()
+                .starts_with("Bearer error=\"invalid_token\", resource_metadata=\""),
+            "{}: {}",
+            case.name,
+            reply.summary()
+        );
+        assert_eq!(
+            reply.json(),
+            json!({"error": "invalid_token"}),
+            "{}",
+            case.name
+        );
+        match &first {
+            None => first = Some(reply),
+            Some(first) => {
+                // Which check failed is for the server's log only.
+                assert_eq!(
+                    (reply.challenge(), reply.body.as_str()),
+                    (first.challenge(), first.body.as_str()),
+                    "{}: the 401 differs from the first refused token's",
+                    case.name
+                );
+            }
+        }
+    }
 }
 
 /// A token with `header` and `claims` signed by HMAC-SHA256 under `secret`.
@@ -375,47 +425,7 @@ fn every_bad_token_gets_the_same_401_and_good_ones_of_each_algorithm_work() {
             token: "abc.def.ghi".to_owned(),
         },
     ];
-    let mut first: Option<Reply> = None;
-    for case in &refused {
-        let before = logged_refusals(&server).len();
-        let reply = ask(Some(&case.token));
-        eprintln!("{:<40} -> {}", case.name, reply.summary());
-        assert_eq!(reply.status, 401, "{}: {}", case.name, reply.summary());
-        let logged = logged_refusals(&server);
-        assert_eq!(
-            logged[before..],
-            [case.why.to_owned()],
-            "{}: the server's log gives another reason\n{}",
-            case.name,
-            server.log_text()
-        );
-        assert!(
-            reply
-                .challenge()
-                .starts_with("Bearer error=\"invalid_token\", resource_metadata=\""),
-            "{}: {}",
-            case.name,
-            reply.summary()
-        );
-        assert_eq!(
-            reply.json(),
-            json!({"error": "invalid_token"}),
-            "{}",
-            case.name
-        );
-        match &first {
-            None => first = Some(reply),
-            Some(first) => {
-                // Which check failed is for the server's log only.
-                assert_eq!(
-                    (reply.challenge(), reply.body.as_str()),
-                    (first.challenge(), first.body.as_str()),
-                    "{}: the 401 differs from the first refused token's",
-                    case.name
-                );
-            }
-        }
-    }
+    assert_refused_alike(&server, &ask, &refused);
     assert_eq!(
         canary.connections(),
         0,
@@ -470,6 +480,96 @@ fn every_bad_token_gets_the_same_401_and_good_ones_of_each_algorithm_work() {
         assert_eq!(record["principal"], "user-alice", "{record}");
         assert_eq!(record["client_id"], "test-client", "{record}");
     }
+    server.stop();
+    assert_audit_verifies(&scratch);
+}
+
+/// Signed tokens that are still no credential: too long, minted in the future, or with a JOSE
+/// header or claims that JSON parsers could read in more than one way (a member twice, bytes that
+/// are not UTF-8, bytes after the object), also in members toolgate never reads. Each gets the
+/// same 401 as every other bad token.
+#[test]
+fn tokens_that_are_too_long_from_the_future_or_of_more_than_one_reading_get_the_same_401() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &[]);
+    let good = claims(&server.resource(), "user-alice", "tickets:read");
+    let ask = |token: Option<&str>| server.call_opt(token, "get_ticket", json!({"id": "T-1001"}));
+    let now = unix_now();
+
+    let soon = rsa.sign(&with(good.clone(), "iat", json!(now + 10)));
+    let reply = ask(Some(&soon));
+    eprintln!(
+        "{:<40} -> {}",
+        "issued 10 s from now (leeway)",
+        reply.summary()
+    );
+    assert!(!is_error(&reply.result("iat inside the leeway")));
+
+    // Header and claims as raw JSON text, for the cases no JSON serializer would write.
+    let header_text = rsa.header().to_string();
+    let claims_text = good.to_string();
+    let claims_plus = |more: &[u8]| {
+        let mut raw = claims_text.as_bytes()[..claims_text.len() - 1].to_vec();
+        raw.push(b',');
+        raw.extend_from_slice(more);
+        raw.push(b'}');
+        raw
+    };
+    let refused = [
+        Refused {
+            name: "longer than 8 KiB (a claim padded)",
+            why: "longer than 8 KiB",
+            token: rsa.sign(&with(good.clone(), "pad", json!("x".repeat(8 * 1024)))),
+        },
+        Refused {
+            name: "issued 120 s from now (beyond the leeway)",
+            why: "issued in the future",
+            token: rsa.sign(&with(good.clone(), "iat", json!(now + 120))),
+        },
+        Refused {
+            name: "a member twice in the JOSE header",
+            why: "malformed",
+            token: rsa.sign_raw(
+                br#"{"alg":"RS256","typ":"at+jwt","kid":"rsa-1","x-note":"a","x-note":"b"}"#,
+                claims_text.as_bytes(),
+            ),
+        },
+        Refused {
+            name: "a member twice in the claims (jti, never read)",
+            why: "malformed",
+            token: rsa.sign_raw(header_text.as_bytes(), &claims_plus(br#""jti":"again""#)),
+        },
+        Refused {
+            name: "sub twice in the claims",
+            why: "malformed",
+            token: rsa.sign_raw(header_text.as_bytes(), &claims_plus(br#""sub":"user-bob""#)),
+        },
+        Refused {
+            name: "claims not UTF-8 (in a member never read)",
+            why: "malformed",
+            token: rsa.sign_raw(header_text.as_bytes(), &claims_plus(b"\"note\":\"\xff\"")),
+        },
+        Refused {
+            name: "bytes after the claims",
+            why: "malformed",
+            token: rsa.sign_raw(header_text.as_bytes(), format!("{claims_text}x").as_bytes()),
+        },
+    ];
+    assert_refused_alike(&server, &ask, &refused);
+    // The same 401 as a token that is merely expired.
+    let expired = ask(Some(&rsa.sign(&with(good.clone(), "exp", json!(now - 60)))));
+    let first = ask(Some(&refused[0].token));
+    assert_eq!(
+        (expired.challenge(), expired.body.as_str()),
+        (first.challenge(), first.body.as_str())
+    );
+    let records = records_of(&scratch, "get_ticket");
+    assert_eq!(
+        records.len(),
+        1,
+        "only the good token reached the gate: {records:#?}"
+    );
     server.stop();
     assert_audit_verifies(&scratch);
 }
