@@ -25,7 +25,7 @@ use rmcp::{Peer, RoleServer};
 use serde_json::{Map, Value};
 
 pub use catalog::{Catalog, Withheld};
-pub use docs::{Docs, TestEscape};
+pub use docs::{Docs, DocsConfigError, TestEscape};
 pub use helpdesk::Helpdesk;
 pub use ledger::Ledger;
 pub use notes::Notes;

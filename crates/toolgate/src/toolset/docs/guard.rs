@@ -31,6 +31,8 @@ use std::sync::Arc;
 
 use url::{Host, Url};
 
+use super::error::DocsConfigError;
+
 /// The answer of a [`Resolver`]: every address the name has.
 pub(super) type Resolving = Pin<Box<dyn Future<Output = io::Result<Vec<IpAddr>>> + Send>>;
 
@@ -377,9 +379,9 @@ impl TestEscape {
     ///
     /// # Errors
     /// `cidr` is not an address or an address with a prefix length.
-    pub fn with_trusted_network(mut self, cidr: &str) -> Result<Self, String> {
-        let net = Cidr::parse(cidr).ok_or_else(|| {
-            format!("trusted network {cidr:?} is not an address or a CIDR prefix")
+    pub fn with_trusted_network(mut self, cidr: &str) -> Result<Self, DocsConfigError> {
+        let net = Cidr::parse(cidr).ok_or_else(|| DocsConfigError::Network {
+            cidr: cidr.to_owned(),
         })?;
         self.trusted.push(net);
         Ok(self)
@@ -389,11 +391,11 @@ impl TestEscape {
     ///
     /// # Errors
     /// `pem` holds no PEM certificate.
-    pub fn with_root_certificate_pem(mut self, pem: &str) -> Result<Self, String> {
+    pub fn with_root_certificate_pem(mut self, pem: &str) -> Result<Self, DocsConfigError> {
         let roots = reqwest::Certificate::from_pem_bundle(pem.as_bytes())
-            .map_err(|e| format!("root certificate: {e}"))?;
+            .map_err(DocsConfigError::RootCertificate)?;
         if roots.is_empty() {
-            return Err("root certificate: no PEM certificate found".to_owned());
+            return Err(DocsConfigError::NoRootCertificate);
         }
         self.roots.extend(roots);
         Ok(self)
@@ -418,12 +420,15 @@ impl Guard {
     ///
     /// # Errors
     /// An entry is not a bare host, or a pinned host is not allow-listed.
-    pub(super) fn new(hosts: &[String], escape: Option<&TestEscape>) -> Result<Self, String> {
+    pub(super) fn new(
+        hosts: &[String],
+        escape: Option<&TestEscape>,
+    ) -> Result<Self, DocsConfigError> {
         let allowed = hosts
             .iter()
             .map(|entry| {
-                normalise_host(entry).ok_or_else(|| {
-                    format!("allow-listed host {entry:?} is not a bare host name or IP address")
+                normalise_host(entry).ok_or_else(|| DocsConfigError::Host {
+                    entry: entry.clone(),
                 })
             })
             .collect::<Result<BTreeSet<_>, _>>()?;
@@ -433,7 +438,7 @@ impl Guard {
             for (host, addrs) in &escape.pinned {
                 let normal = normalise_host(host)
                     .filter(|normal| allowed.contains(normal))
-                    .ok_or_else(|| format!("pinned host {host:?} is not on the allow-list"))?;
+                    .ok_or_else(|| DocsConfigError::PinnedHost { host: host.clone() })?;
                 pinned.insert(normal, addrs.clone());
             }
             trusted.clone_from(&escape.trusted);

@@ -18,6 +18,7 @@
 //! Every failure is an error result whose reason the model can read (`refused: …` for the guard,
 //! the HTTP status, a time-out), never success text.
 
+mod error;
 mod guard;
 
 #[cfg(test)]
@@ -35,8 +36,10 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::{Call, CallError, CallFuture, Catalog, Options, Toolset};
+use error::FetchError;
 use guard::{Guard, Resolver, Target};
 
+pub use error::DocsConfigError;
 pub use guard::TestEscape;
 
 /// The sites of the seed, used when the configuration names none.
@@ -100,7 +103,7 @@ impl Docs {
     ///
     /// # Errors
     /// An entry of `hosts` is not a bare host name or IP address.
-    pub fn new(hosts: &[String]) -> Result<Self, String> {
+    pub fn new(hosts: &[String]) -> Result<Self, DocsConfigError> {
         let hosts: Vec<String> = if hosts.is_empty() {
             DEFAULT_HOSTS.iter().map(|&h| h.to_owned()).collect()
         } else {
@@ -122,7 +125,7 @@ impl Docs {
     ///
     /// # Errors
     /// As [`Docs::new`] and [`Docs::with_test_escape`].
-    pub fn from_options(options: &Options) -> Result<Self, String> {
+    pub fn from_options(options: &Options) -> Result<Self, DocsConfigError> {
         let docs = Self::new(&options.docs_hosts)?;
         match &options.docs_test_escape {
             Some(escape) => docs.with_test_escape(escape),
@@ -135,7 +138,7 @@ impl Docs {
     ///
     /// # Errors
     /// A pinned host is not on the allow-list.
-    pub fn with_test_escape(mut self, escape: &TestEscape) -> Result<Self, String> {
+    pub fn with_test_escape(mut self, escape: &TestEscape) -> Result<Self, DocsConfigError> {
         self.guard = Guard::new(&self.hosts, Some(escape))?;
         self.roots = escape.roots().to_vec();
         tracing::warn!(
@@ -165,20 +168,20 @@ impl Docs {
         let text = self
             .fetch(&args.url, max_chars)
             .await
-            .map_err(CallError::Failed)?;
+            .map_err(|e| CallError::Failed(e.to_string()))?;
         Ok(CallToolResult::success(vec![ContentBlock::text(text)]))
     }
 
     /// The page at `url` as text, at most `max_chars` characters, within the time limit.
-    async fn fetch(&self, url: &str, max_chars: usize) -> Result<String, String> {
+    async fn fetch(&self, url: &str, max_chars: usize) -> Result<String, FetchError> {
         let total = self.limits.total;
         tokio::time::timeout(total, self.follow(url, max_chars))
             .await
-            .unwrap_or_else(|_| Err(format!("timed out: no complete answer within {total:?}")))
+            .unwrap_or(Err(FetchError::Timeout { after: total }))
     }
 
     /// Requests `url`, and each redirect target the guard lets through.
-    async fn follow(&self, url: &str, max_chars: usize) -> Result<String, String> {
+    async fn follow(&self, url: &str, max_chars: usize) -> Result<String, FetchError> {
         let mut current = url.to_owned();
         let mut hop = 0;
         loop {
@@ -187,42 +190,51 @@ impl Docs {
                 .check(&current, &self.resolver)
                 .await
                 .map_err(|refusal| match hop {
-                    0 => format!("refused: {refusal}"),
-                    _ => format!("refused: redirect {hop} to {current}: {refusal}"),
+                    0 => FetchError::Refused { refusal },
+                    _ => FetchError::RedirectRefused {
+                        hop,
+                        url: current.clone(),
+                        refusal,
+                    },
                 })?;
             let response = self
                 .client(&target)?
                 .get(target.url.clone())
                 .send()
                 .await
-                .map_err(|e| format!("could not fetch {}: {}", target.url, chain(&e)))?;
+                .map_err(|e| FetchError::Request {
+                    url: target.url.clone(),
+                    reason: chain(&e),
+                })?;
             let status = response.status();
             if matches!(status.as_u16(), 301 | 302 | 303 | 307 | 308) {
                 let location = response
                     .headers()
                     .get(LOCATION)
                     .and_then(|value| value.to_str().ok())
-                    .ok_or_else(|| {
-                        format!(
-                            "{} answered HTTP {status} without a usable Location",
-                            target.url
-                        )
+                    .ok_or_else(|| FetchError::NoLocation {
+                        url: target.url.clone(),
+                        status,
                     })?;
                 let next = target
                     .url
                     .join(location)
-                    .map_err(|e| format!("{} redirects to an invalid URL: {e}", target.url))?;
+                    .map_err(|reason| FetchError::BadLocation {
+                        url: target.url.clone(),
+                        reason,
+                    })?;
                 hop += 1;
                 if hop > MAX_REDIRECTS {
-                    return Err(format!(
-                        "refused: more than {MAX_REDIRECTS} redirects (the next one to {next})"
-                    ));
+                    return Err(FetchError::TooManyRedirects { next });
                 }
                 current = next.into();
                 continue;
             }
             if !status.is_success() {
-                return Err(format!("{} answered HTTP {status}", target.url));
+                return Err(FetchError::Status {
+                    url: target.url,
+                    status,
+                });
             }
             let content_type = response
                 .headers()
@@ -231,13 +243,19 @@ impl Docs {
             match content_type {
                 Some(kind) if is_text(&kind) => {}
                 Some(kind) => {
-                    return Err(format!("refused: {} is {kind}, not text", target.url));
+                    return Err(FetchError::NotText {
+                        url: target.url,
+                        kind,
+                    });
                 }
-                None => return Err(format!("refused: {} has no content type", target.url)),
+                None => return Err(FetchError::Untyped { url: target.url }),
             }
             let body = read_capped(response, max_chars.saturating_mul(BYTES_PER_CHAR))
                 .await
-                .map_err(|e| format!("could not read {}: {}", target.url, chain(&e)))?;
+                .map_err(|e| FetchError::Read {
+                    url: target.url.clone(),
+                    reason: chain(&e),
+                })?;
             // Lossy: a stray byte must not hide the rest of the page. A character cut by the byte
             // cap lies past `max_chars` characters, so it never shows.
             return Ok(String::from_utf8_lossy(&body)
@@ -248,7 +266,7 @@ impl Docs {
     }
 
     /// A client for one request, which can only connect to the addresses the guard checked.
-    fn client(&self, target: &Target) -> Result<reqwest::Client, String> {
+    fn client(&self, target: &Target) -> Result<reqwest::Client, FetchError> {
         let mut builder = reqwest::Client::builder()
             .no_proxy()
             .https_only(true)
@@ -268,7 +286,7 @@ impl Docs {
         }
         builder
             .build()
-            .map_err(|e| format!("could not set up the HTTP client: {}", chain(&e)))
+            .map_err(|e| FetchError::Client { reason: chain(&e) })
     }
 }
 
