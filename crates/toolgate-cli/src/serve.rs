@@ -17,9 +17,10 @@ pub(crate) struct Args {
     /// Built-in toolset to serve: ledger, notes, orders, helpdesk or docs.
     #[arg(long, default_value = "ledger")]
     toolset: String,
-    /// docs toolset: a host `fetch_doc` may fetch from. Repeatable; default: the built-in
-    /// documentation sites.
-    #[arg(long = "docs-host", value_name = "HOST")]
+    /// docs toolset: a host `fetch_doc` may fetch from, on port 443, or on the port given as
+    /// HOST:PORT (an IPv6 address in brackets). Repeatable; default: the built-in documentation
+    /// sites.
+    #[arg(long = "docs-host", value_name = "HOST[:PORT]")]
     docs_hosts: Vec<String>,
     #[command(flatten)]
     http: crate::http::HttpArgs,

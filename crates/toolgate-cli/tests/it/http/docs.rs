@@ -1,6 +1,6 @@
 //! `fetch_doc` over HTTP: SSRF attempts through a token-holding caller. Loopback, the cloud
-//! metadata address and friends are put on the allow-list on purpose (`--docs-host`), so that what
-//! refuses them is the address check, not the list; a TCP listener on 127.0.0.1:PORT (and [::1]:PORT
+//! metadata address and friends are put on the allow-list on purpose (`--docs-host`, on port 443
+//! and on the listener's port), so that what refuses them is the address check, not the list; a TCP listener on 127.0.0.1:PORT (and [::1]:PORT
 //! where the machine has IPv6) must see no connection at all.
 
 use std::net::{Ipv6Addr, TcpListener};
@@ -53,27 +53,29 @@ fn fetch_doc_refuses_every_ssrf_target_without_connecting() {
     let rsa = Signer::rsa("rsa-1");
     let canary = Canary::start();
     let v6 = ipv6_canary(canary.port);
-    let server = HttpServer::start(
-        &scratch,
-        Keys::File(&[&rsa]),
-        &[
-            "--docs-host",
-            "127.0.0.1",
-            "--docs-host",
-            "localhost",
-            "--docs-host",
-            "::1",
-            "--docs-host",
-            "::ffff:127.0.0.1",
-            "--docs-host",
-            "0.0.0.0",
-            "--docs-host",
-            "169.254.169.254",
-        ],
-    );
+    // On the canary's port too: fetch_doc reaches port 443 only, unless an entry names another.
+    let port = canary.port;
+    let mut flags = Vec::new();
+    for host in [
+        "127.0.0.1",
+        "localhost",
+        "::1",
+        "::ffff:127.0.0.1",
+        "0.0.0.0",
+        "169.254.169.254",
+    ] {
+        let on_port = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
+        flags.extend(["--docs-host".to_owned(), host.to_owned()]);
+        flags.extend(["--docs-host".to_owned(), on_port]);
+    }
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &flags);
     let resource = server.resource();
     let token = rsa.sign(&claims(&resource, "user-alice", "docs:read"));
-    let port = canary.port;
 
     // Without the scope the tool is not even listed, and a call gets the step-up challenge.
     let other = rsa.sign(&claims(&resource, "user-alice", "tickets:read"));
@@ -130,6 +132,10 @@ fn fetch_doc_refuses_every_ssrf_target_without_connecting() {
         );
         assert!(is_error(&result), "{name}: {url} was not refused: {result}");
         assert!(text.contains("refused"), "{name}: {text}");
+        assert!(
+            !text.contains("is not allow-listed for"),
+            "{name}: refused for its port, not by the check this row is about: {text}"
+        );
     }
     assert_eq!(
         canary.connections(),

@@ -13,7 +13,7 @@ use super::guard::Refusal;
 /// Why the toolset cannot be built as configured.
 #[derive(Debug, thiserror::Error)]
 pub enum DocsConfigError {
-    #[error("allow-listed host {entry:?} is not a bare host name or IP address")]
+    #[error("allow-listed host {entry:?} is not a host name or IP address, with an optional :port")]
     Host { entry: String },
     #[error("pinned host {host:?} is not on the allow-list")]
     PinnedHost { host: String },

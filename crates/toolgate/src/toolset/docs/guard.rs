@@ -5,9 +5,11 @@
 //! classifies addresses, but never connects. A URL passes when its scheme is `https`, it carries
 //! no user info, its host (as the `url` crate normalises it: lower-cased, IDNA to punycode, and
 //! IPv4 spellings such as `2130706433`, `0177.0.0.1`, `0x7f.1` or `127.1` turned into dotted
-//! decimal) is on the allow-list, and every address the host resolves to is public. One bad
-//! address refuses the whole URL: a resolver hands out its answers in any order, and the client
-//! must not be able to land on the bad one.
+//! decimal) is on the allow-list, its port is 443 or one an allow-list entry names for that host
+//! (`host:8443`), and every address the host resolves to is public. One bad address refuses the
+//! whole URL: a resolver hands out its answers in any order, and the client must not be able to
+//! land on the bad one. The port rule keeps an allow-listed name from being turned against some
+//! other service on the same machine (an admin port, a database, a mail relay).
 //!
 //! Design decision: the guard returns the addresses it checked ([`Target::addrs`]) and the caller
 //! connects to exactly those, so there is no second lookup for a rebinding DNS server to answer
@@ -81,6 +83,10 @@ pub(super) enum Refusal {
     NoHost,
     #[error("host not allow-listed: {host}")]
     NotAllowed { host: String },
+    #[error(
+        "port {port} is not allow-listed for {host} (only 443, unless an entry names the port)"
+    )]
+    Port { host: String, port: u16 },
     #[error("{host} could not be resolved: {reason}")]
     Unresolved { host: String, reason: String },
     #[error("{host} resolves to no address")]
@@ -409,35 +415,39 @@ impl TestEscape {
 /// The rules for one toolset: the allow-list and an optional escape.
 #[derive(Debug, Clone)]
 pub(super) struct Guard {
-    allowed: BTreeSet<String>,
+    /// Each allowed host and the ports it may be reached on.
+    allowed: BTreeMap<String, BTreeSet<u16>>,
     pinned: BTreeMap<String, Vec<IpAddr>>,
     trusted: Vec<Cidr>,
 }
 
+/// The port of an https URL that names none, and of an allow-list entry that names none.
+const HTTPS_PORT: u16 = 443;
+
 impl Guard {
-    /// `hosts` are normalised exactly like a URL's host, so `DOCS.python.org` or `2130706433`
-    /// match what the `url` crate makes of them.
+    /// `hosts` are `host` (port 443) or `host:port` entries; the host is normalised exactly like a
+    /// URL's, so `DOCS.python.org` or `2130706433` match what the `url` crate makes of them.
     ///
     /// # Errors
-    /// An entry is not a bare host, or a pinned host is not allow-listed.
+    /// An entry is not a host with an optional port, or a pinned host is not allow-listed.
     pub(super) fn new(
         hosts: &[String],
         escape: Option<&TestEscape>,
     ) -> Result<Self, DocsConfigError> {
-        let allowed = hosts
-            .iter()
-            .map(|entry| {
-                normalise_host(entry).ok_or_else(|| DocsConfigError::Host {
-                    entry: entry.clone(),
-                })
-            })
-            .collect::<Result<BTreeSet<_>, _>>()?;
+        let mut allowed: BTreeMap<String, BTreeSet<u16>> = BTreeMap::new();
+        for entry in hosts {
+            let (host, port) = normalise_entry(entry).ok_or_else(|| DocsConfigError::Host {
+                entry: entry.clone(),
+            })?;
+            allowed.entry(host).or_default().insert(port);
+        }
         let mut pinned = BTreeMap::new();
         let mut trusted = Vec::new();
         if let Some(escape) = escape {
             for (host, addrs) in &escape.pinned {
-                let normal = normalise_host(host)
-                    .filter(|normal| allowed.contains(normal))
+                let normal = normalise_entry(host)
+                    .map(|(host, _)| host)
+                    .filter(|normal| allowed.contains_key(normal))
                     .ok_or_else(|| DocsConfigError::PinnedHost { host: host.clone() })?;
                 pinned.insert(normal, addrs.clone());
             }
@@ -450,7 +460,7 @@ impl Guard {
         })
     }
 
-    /// Every check that needs no lookup: the URL's form and the allow-list.
+    /// Every check that needs no lookup: the URL's form and the allow-list, port included.
     pub(super) fn check_url(&self, raw: &str) -> Result<Url, Refusal> {
         let url = Url::parse(raw).map_err(|e| Refusal::Malformed {
             reason: e.to_string(),
@@ -467,9 +477,17 @@ impl Guard {
             .host_str()
             .filter(|h| !h.is_empty())
             .ok_or(Refusal::NoHost)?;
-        if !self.allowed.contains(host) {
+        let Some(ports) = self.allowed.get(host) else {
             return Err(Refusal::NotAllowed {
                 host: host.to_owned(),
+            });
+        };
+        // https always has a port: the URL's, or 443.
+        let port = url.port_or_known_default().unwrap_or(HTTPS_PORT);
+        if !ports.contains(&port) {
+            return Err(Refusal::Port {
+                host: host.to_owned(),
+                port,
             });
         }
         Ok(url)
@@ -478,8 +496,7 @@ impl Guard {
     /// The whole guard: [`Guard::check_url`], then every address the host has.
     pub(super) async fn check(&self, raw: &str, resolver: &Resolver) -> Result<Target, Refusal> {
         let url = self.check_url(raw)?;
-        // https always has a port: the URL's, or 443.
-        let port = url.port_or_known_default().unwrap_or(443);
+        let port = url.port_or_known_default().unwrap_or(HTTPS_PORT);
         let (domain, ips) = match url.host() {
             Some(Host::Ipv4(v4)) => (None, self.literal(IpAddr::V4(v4))?),
             Some(Host::Ipv6(v6)) => (None, self.literal(IpAddr::V6(v6))?),
@@ -547,9 +564,10 @@ impl Guard {
     }
 }
 
-/// What the `url` crate makes of `entry` as the host of an https URL; `None` when `entry` is more
-/// than a host (a port, a path, user info) or not a host at all.
-fn normalise_host(entry: &str) -> Option<String> {
+/// What the `url` crate makes of `entry` as the host and port of an https URL (443 when it names
+/// none); `None` when `entry` is more than that (a path, user info, a scheme) or not a host at all.
+/// An IPv6 address with a port is written in brackets: `[2001:db8::1]:8443`.
+fn normalise_entry(entry: &str) -> Option<(String, u16)> {
     let entry = entry.trim();
     // A bare IPv6 address is written in brackets in a URL.
     let bracketed;
@@ -561,5 +579,10 @@ fn normalise_host(entry: &str) -> Option<String> {
     };
     let url = Url::parse(&format!("https://{entry}/")).ok()?;
     let host = url.host_str()?.to_owned();
-    (url.as_str() == format!("https://{host}/") && !host.is_empty()).then_some(host)
+    let port = url
+        .port()
+        .map(|port| format!(":{port}"))
+        .unwrap_or_default();
+    (url.as_str() == format!("https://{host}{port}/") && !host.is_empty())
+        .then(|| (host, url.port_or_known_default().unwrap_or(HTTPS_PORT)))
 }

@@ -184,8 +184,10 @@ fn cidr_parses_and_matches() {
 const TABLE_HOSTS: &[&str] = &[
     "docs.python.org",
     "developer.mozilla.org",
+    "developer.mozilla.org:8443",
     "localhost",
     "127.0.0.1",
+    "127.0.0.1:8443",
     "::1",
     "::ffff:127.0.0.1",
     "169.254.169.254",
@@ -285,6 +287,27 @@ async fn hostile_urls_are_refused_with_their_reason() {
             "host not allow-listed: docs.python.org.",
         ),
         ("https://python.org/", "host not allow-listed: python.org"),
+        // Only 443, unless an entry names the port.
+        (
+            "https://docs.python.org:8443/",
+            "port 8443 is not allow-listed for docs.python.org (only 443, unless an entry names \
+             the port)",
+        ),
+        (
+            "https://docs.python.org:22/",
+            "port 22 is not allow-listed for docs.python.org (only 443, unless an entry names the \
+             port)",
+        ),
+        (
+            "https://developer.mozilla.org:8080/",
+            "port 8080 is not allow-listed for developer.mozilla.org (only 443, unless an entry \
+             names the port)",
+        ),
+        (
+            "https://localhost:8443/",
+            "port 8443 is not allow-listed for localhost (only 443, unless an entry names the \
+             port)",
+        ),
         // A Cyrillic "о" is another host once IDNA has turned it into punycode.
         (
             "https://d\u{43e}cs.python.org/",
@@ -393,12 +416,17 @@ async fn allowed_urls_pass_with_the_addresses_that_were_checked() {
     let target = guard
         .check("https://developer.mozilla.org:8443/en-US/", &resolver)
         .await
-        .expect("a port is fine");
+        .expect("a port its entry names");
     assert_eq!(
         target.addrs,
         vec!["34.111.97.67:8443".parse::<SocketAddr>().expect("addr")]
     );
-    assert_eq!(lookups.load(Ordering::SeqCst), 2, "one lookup per check");
+    let target = guard
+        .check("https://docs.python.org:443/", &resolver)
+        .await
+        .expect("443 spelt out");
+    assert_eq!(target.url.as_str(), "https://docs.python.org/");
+    assert_eq!(lookups.load(Ordering::SeqCst), 3, "one lookup per check");
 }
 
 #[tokio::test]
@@ -409,6 +437,7 @@ async fn the_form_and_allow_list_are_checked_before_any_lookup() {
         "http://localhost/",
         "https://u@localhost/",
         "https://evil.test/",
+        "https://localhost:8443/",
         "https://127.0.0.1/",
     ] {
         assert!(guard.check(url, &resolver).await.is_err(), "{url}");
@@ -417,10 +446,11 @@ async fn the_form_and_allow_list_are_checked_before_any_lookup() {
 }
 
 #[test]
-fn allow_list_entries_are_bare_hosts_normalised_like_urls() {
+fn allow_list_entries_are_hosts_with_an_optional_port_normalised_like_urls() {
     for bad in [
         "docs.python.org/3/",
-        "docs.python.org:8443",
+        "docs.python.org:https",
+        "docs.python.org:65536",
         "user@docs.python.org",
         "https://docs.python.org",
         "",
@@ -429,11 +459,20 @@ fn allow_list_entries_are_bare_hosts_normalised_like_urls() {
         let error = Guard::new(&strings(&[bad]), None).expect_err(bad);
         assert_eq!(
             error.to_string(),
-            format!("allow-listed host {bad:?} is not a bare host name or IP address")
+            format!(
+                "allow-listed host {bad:?} is not a host name or IP address, with an optional :port"
+            )
         );
     }
     let guard = Guard::new(
-        &strings(&["DOCS.Python.ORG", "2130706433", "::FFFF:7f00:1"]),
+        &strings(&[
+            "DOCS.Python.ORG",
+            "2130706433",
+            "::FFFF:7f00:1",
+            "docs.rs:8443",
+            "[2001:db8::1]:8443",
+            "example.org:443",
+        ]),
         None,
     )
     .expect("valid");
@@ -443,6 +482,13 @@ fn allow_list_entries_are_bare_hosts_normalised_like_urls() {
         "2130706433 is 127.0.0.1"
     );
     assert!(guard.check_url("https://[::ffff:127.0.0.1]/").is_ok());
+    // An entry with a port opens that port only; 443 spelt out is the bare name.
+    assert!(guard.check_url("https://docs.rs:8443/").is_ok());
+    assert!(guard.check_url("https://docs.rs/").is_err());
+    assert!(guard.check_url("https://[2001:db8::1]:8443/").is_ok());
+    assert!(guard.check_url("https://[2001:db8::1]/").is_err());
+    assert!(guard.check_url("https://example.org/").is_ok());
+    assert!(guard.check_url("https://example.org:8443/").is_err());
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -457,7 +503,13 @@ fn escape_for(addr: &str, trusted: &str) -> TestEscape {
 
 #[tokio::test]
 async fn the_escape_opens_a_pinned_host_in_a_trusted_network_and_nothing_else() {
-    let hosts = strings(&["docs.test", "127.0.0.1", "rebind.test", "localhost"]);
+    let hosts = strings(&[
+        "docs.test",
+        "docs.test:4443",
+        "127.0.0.1",
+        "rebind.test",
+        "localhost",
+    ]);
     let (resolver, lookups) = table_resolver(&[
         ("rebind.test", &["127.0.0.1"]),
         ("localhost", &["127.0.0.1"]),
@@ -692,14 +744,17 @@ impl Counter {
 async fn loopback_in_any_spelling_is_refused_before_a_connection() {
     let listener = Counter::start().await;
     let port = listener.port;
-    // Every host is allow-listed, so the address check is what refuses.
-    let hosts = strings(&[
+    // Every host is allow-listed on the listener's port, so the address check is what refuses.
+    let hosts: Vec<String> = [
         "localhost",
         "127.0.0.1",
-        "::ffff:127.0.0.1",
-        "::1",
+        "[::ffff:127.0.0.1]",
+        "[::1]",
         "127.0.0.2",
-    ]);
+    ]
+    .iter()
+    .map(|host| format!("{host}:{port}"))
+    .collect();
     let docs = Docs::new(&hosts).expect("valid");
     let loopback = "refused: 127.0.0.1 is a non-public address (loopback)";
     let mapped =
@@ -846,6 +901,11 @@ impl Site {
 
     /// `fetch_doc` allowed to reach this site, and only it, through a test escape.
     fn docs(&self) -> Docs {
+        self.docs_also(&[])
+    }
+
+    /// [`Site::docs`] with more allow-list entries.
+    fn docs_also(&self, more: &[String]) -> Docs {
         let escape = TestEscape::dangerously_allow_private_addresses_for_tests()
             .with_pinned_host("docs.test", ip("127.0.0.1"))
             .with_trusted_network("127.0.0.1/32")
@@ -853,7 +913,9 @@ impl Site {
             .with_root_certificate_pem(&self.root_pem)
             .expect("root");
         // The redirect targets are allow-listed so that the address check is what refuses them.
-        let hosts = strings(&["docs.test", "127.0.0.1", "169.254.169.254", "localhost"]);
+        let mut hosts = strings(&["127.0.0.1", "169.254.169.254", "localhost"]);
+        hosts.push(format!("docs.test:{}", self.port));
+        hosts.extend_from_slice(more);
         let options = Options {
             docs_hosts: hosts,
             docs_test_escape: Some(escape),
@@ -949,9 +1011,9 @@ async fn a_page_is_fetched_through_the_escape_and_cut_to_max_chars() {
 #[tokio::test]
 async fn a_redirect_to_a_private_address_is_refused_before_a_connection() {
     let site = Site::start().await;
-    let docs = site.docs();
     let listener = Counter::start().await;
     let port = listener.port;
+    let docs = site.docs_also(&[format!("127.0.0.1:{port}"), format!("localhost:{port}")]);
     let rows = [
         (
             "https://169.254.169.254/latest/meta-data".to_owned(),
@@ -1000,6 +1062,75 @@ async fn a_redirect_to_a_private_address_is_refused_before_a_connection() {
         }
     }
     listener.assert_untouched().await;
+}
+
+/// `docs.test` pinned to 127.0.0.1 (trusted), where a listener counts connections: only the
+/// port rule stands between `fetch_doc` and it.
+fn docs_on_loopback(hosts: &[String]) -> Docs {
+    let escape = TestEscape::dangerously_allow_private_addresses_for_tests()
+        .with_pinned_host("docs.test", ip("127.0.0.1"))
+        .with_trusted_network("127.0.0.1/32")
+        .expect("network");
+    Docs::new(hosts)
+        .expect("valid")
+        .with_test_escape(&escape)
+        .expect("valid")
+}
+
+#[tokio::test]
+async fn a_port_no_entry_names_is_refused_before_a_connection() {
+    let listener = Counter::start().await;
+    let port = listener.port;
+    let refused = |host: &str| {
+        format!(
+            "refused: port {port} is not allow-listed for {host} (only 443, unless an entry names \
+             the port)"
+        )
+    };
+    let url = format!("https://docs.test:{port}/");
+    let rows: [(&str, Vec<String>); 3] = [
+        ("the bare name means 443", strings(&["docs.test"])),
+        ("443 spelt out", strings(&["docs.test:443"])),
+        (
+            "an entry for another port",
+            vec![format!("docs.test:{}", port.wrapping_add(1))],
+        ),
+    ];
+    for (name, hosts) in &rows {
+        let docs = docs_on_loopback(hosts);
+        assert_eq!(
+            failure(&docs, args(&url, None)).await,
+            refused("docs.test"),
+            "{name}"
+        );
+    }
+    // A redirect to another port of an allow-listed name is checked like the first URL.
+    let site = Site::start().await;
+    let docs = site.docs();
+    let why = failure(&docs, args(&site.url(&format!("/to?{url}")), None)).await;
+    assert_eq!(
+        why,
+        format!(
+            "refused: redirect 1 to {url}: {}",
+            refused("docs.test").trim_start_matches("refused: ")
+        )
+    );
+    listener.assert_untouched().await;
+
+    // With the port on the list the same URL is fetched: the port was all that refused it.
+    let open = Counter::start().await;
+    let docs = docs_on_loopback(&[format!("docs.test:{}", open.port)]);
+    let why = failure(
+        &docs,
+        args(&format!("https://docs.test:{}/", open.port), None),
+    )
+    .await;
+    assert!(why.starts_with("could not fetch"), "{why}");
+    assert_ne!(
+        open.accepted.load(Ordering::SeqCst),
+        0,
+        "no connection was made"
+    );
 }
 
 #[tokio::test]
@@ -1080,7 +1211,7 @@ async fn the_escape_does_not_switch_off_certificate_checks() {
         .expect("network")
         .with_root_certificate_pem(&other.root_pem)
         .expect("root");
-    let docs = Docs::new(&strings(&["docs.test"]))
+    let docs = Docs::new(&[format!("docs.test:{}", site.port)])
         .expect("valid")
         .with_test_escape(&escape)
         .expect("valid");
