@@ -10,6 +10,7 @@
 pub mod answer;
 pub mod audit;
 pub mod canonical;
+pub mod json;
 pub mod policy;
 pub mod principal;
 pub mod redact;

@@ -6,22 +6,23 @@
 //! newline) hashes the same. Accepting those would let a file say one thing to a tool that reads
 //! its bytes (`grep`, a log shipper) and another to the verifier.
 //!
-//! Why a parse of its own: JSON leaves the meaning of repeated member names to the reader (RFC 8259
-//! §4) and readers disagree: serde_json and Python keep the last, `grep` and many streaming readers
-//! see the first. A forged `"decision"` placed before the real one hashes as the real one and reads
-//! as the forgery. The byte comparison alone would refuse such a line (its canonical form has one
-//! member), but it could only say "not canonical"; refusing the repeat while parsing, at every depth,
-//! names it. The line is parsed once and encoded once: that encoding serves both the comparison and
-//! the hash.
+//! Why the one-reading parser (`crate::json`): JSON leaves the meaning of repeated member names to
+//! the reader (RFC 8259 §4) and readers disagree: serde_json and Python keep the last, `grep` and many
+//! streaming readers see the first. A forged `"decision"` placed before the real one hashes as the
+//! real one and reads as the forgery. The byte comparison alone would refuse such a line (its
+//! canonical form has one member), but it could only say "not canonical"; refusing the repeat while
+//! parsing, at every depth, names it. The line is parsed once and encoded once: that encoding serves
+//! both the comparison and the hash.
 
-use std::fmt;
 use std::ops::Range;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use crate::canonical;
+use crate::json::{self, JsonError};
+
+/// Records nest far less than this; the limit only keeps a hostile line from costing stack.
+const RECORD_MAX_DEPTH: usize = 128;
 
 /// Why a line is not a record, for [`super::Break::reason`].
 pub(super) const NOT_RECORD: &str = "not a complete JSON record (torn append or corrupted line)";
@@ -37,17 +38,16 @@ pub(super) struct Record {
 /// The line as a [`Record`] when it is a JSON object without repeated member names whose canonical
 /// encoding is exactly `line`; otherwise why not.
 pub(super) fn canonical_record(line: &[u8]) -> Result<Record, String> {
-    let mut reader = serde_json::Deserializer::from_slice(line);
-    let parsed = Strict::deserialize(&mut reader).and_then(|strict| {
-        reader.end()?;
-        Ok(strict.0)
-    });
-    let members = match parsed {
+    let members = match json::parse_nested(line, RECORD_MAX_DEPTH) {
         Ok(Value::Object(members)) => members,
-        Ok(_) => return Err(NOT_RECORD.to_owned()),
-        // The only data errors this parse raises are repeated names; the rest is syntax or a torn line.
-        Err(err) if err.is_data() => return Err(data_error(&err)),
-        Err(_) => return Err(NOT_RECORD.to_owned()),
+        Err(JsonError::Duplicate { name }) => {
+            return Err(format!(
+                "duplicate key {}: readers disagree on which one counts",
+                shown(&name)
+            ));
+        }
+        // Syntax, not UTF-8, absurd nesting: a torn or corrupted line.
+        Ok(_) | Err(_) => return Err(NOT_RECORD.to_owned()),
     };
     let (encoded, sha256_member) = encode(&members);
     if encoded != line {
@@ -89,18 +89,6 @@ fn encode(members: &Map<String, Value>) -> (Vec<u8>, Option<Range<usize>>) {
     (out, sha256_member)
 }
 
-/// serde_json appends the position to a custom message; the line number is always 1 here and would
-/// read as the file's.
-fn data_error(err: &serde_json::Error) -> String {
-    let text = err.to_string();
-    let position = format!(" at line {} column {}", err.line(), err.column());
-    let message = text.strip_suffix(&position).unwrap_or(&text);
-    format!(
-        "{message} (column {}): readers disagree on which one counts",
-        err.column()
-    )
-}
-
 /// Where `line` first departs from its canonical encoding, and what is there.
 fn not_canonical(line: &[u8], encoded: &[u8]) -> String {
     let at = line
@@ -119,80 +107,6 @@ fn not_canonical(line: &[u8], encoded: &[u8]) -> String {
         "not the canonical encoding of its content (column {}): {what}",
         at + 1
     )
-}
-
-/// A JSON value read with repeated member names refused.
-struct Strict(Value);
-
-impl<'de> Deserialize<'de> for Strict {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(StrictVisitor).map(Strict)
-    }
-}
-
-struct StrictVisitor;
-
-impl<'de> Visitor<'de> for StrictVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
-
-    fn visit_bool<E>(self, value: bool) -> Result<Value, E> {
-        Ok(Value::Bool(value))
-    }
-
-    fn visit_i64<E>(self, value: i64) -> Result<Value, E> {
-        Ok(Value::from(value))
-    }
-
-    fn visit_u64<E>(self, value: u64) -> Result<Value, E> {
-        Ok(Value::from(value))
-    }
-
-    fn visit_f64<E>(self, value: f64) -> Result<Value, E> {
-        Ok(Value::from(value))
-    }
-
-    fn visit_str<E>(self, value: &str) -> Result<Value, E> {
-        Ok(Value::String(value.to_owned()))
-    }
-
-    fn visit_string<E>(self, value: String) -> Result<Value, E> {
-        Ok(Value::String(value))
-    }
-
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Strict(item)) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<Value, A::Error> {
-        let mut map = Map::new();
-        while let Some(key) = access.next_key::<String>()? {
-            match map.entry(key) {
-                Entry::Vacant(slot) => {
-                    let Strict(value) = access.next_value()?;
-                    slot.insert(value);
-                }
-                Entry::Occupied(seen) => {
-                    return Err(de::Error::custom(format_args!(
-                        "duplicate key {}",
-                        shown(seen.key())
-                    )));
-                }
-            }
-        }
-        Ok(Value::Object(map))
-    }
 }
 
 /// A key from a possibly hostile line, quoted with control characters escaped and cut short, for

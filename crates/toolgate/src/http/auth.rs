@@ -433,7 +433,7 @@ fn strict_json_segments(token: &str) -> bool {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
             .decode(segment)
             .ok()
-            .and_then(|json| super::strict::parse(&json).ok())
+            .and_then(|json| toolgate_core::json::parse(&json).ok())
             .is_some_and(|value| value.is_object())
     })
 }

@@ -15,7 +15,7 @@
 
 use serde_json::{Map, Value};
 
-use super::strict::{self, JsonError};
+use toolgate_core::json::{self as strict, JsonError};
 
 /// JSON-RPC 2.0 §5.1: invalid JSON.
 pub(super) const PARSE_ERROR: i64 = -32700;

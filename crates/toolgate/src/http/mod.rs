@@ -25,7 +25,6 @@ mod challenge;
 mod error;
 mod layers;
 mod message;
-mod strict;
 #[cfg(test)]
 mod tests;
 

@@ -29,11 +29,11 @@ use tower::ServiceExt;
 use super::auth::{AuthConfig, KeySource, Verifier};
 use super::layers::{self, Auth, Caps, Door, host_allowed, normal_origin, origin_allowed};
 use super::message::Called;
-use super::strict::{self, JsonError, MAX_DEPTH};
 use super::{HttpConfig, ResourceError, canonical_resource, router};
 use crate::GateServer;
 use crate::server::Gate;
 use crate::toolset::Ledger;
+use toolgate_core::json::{self as strict, JsonError, MAX_DEPTH};
 
 const ISSUER: &str = "https://auth.example.test/";
 const RESOURCE: &str = "http://127.0.0.1:7777/mcp";
@@ -1359,11 +1359,11 @@ fn strict_json_has_one_reading_or_none() {
     assert!(strict::parse(nest(MAX_DEPTH).as_bytes()).is_ok());
     assert_eq!(
         strict::parse(nest(MAX_DEPTH + 1).as_bytes()),
-        Err(JsonError::TooDeep)
+        Err(JsonError::TooDeep { max: MAX_DEPTH })
     );
     assert_eq!(
         strict::parse(nest(10_000).as_bytes()),
-        Err(JsonError::TooDeep),
+        Err(JsonError::TooDeep { max: MAX_DEPTH }),
         "refused long before any reader's stack runs out"
     );
     for (text, name) in [

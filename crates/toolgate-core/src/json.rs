@@ -1,6 +1,6 @@
-//! JSON with one reading only: the parser for everything the front door reads before someone
-//! else reads it again (a request body before rmcp dispatches it, a token's JOSE header and
-//! claims before jsonwebtoken decodes them).
+//! JSON with one reading only: the parser for every text toolgate checks before someone else
+//! reads it again (an HTTP request body before rmcp dispatches it, a token's JOSE header and claims
+//! before jsonwebtoken decodes them, an audit record before `grep` or a log shipper reads it).
 //!
 //! Two parsers read each of those texts, and they must never disagree about what it says.
 //! serde_json keeps the last of two members with the same name and says nothing, another parser
@@ -22,31 +22,40 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 use serde_json::{Map, Number, Value};
 
 /// Arrays and objects nested in each other at most this deep (the outermost counts as one).
-pub(super) const MAX_DEPTH: usize = 64;
+pub const MAX_DEPTH: usize = 64;
 
 /// Why a text has no single reading as JSON.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(super) enum JsonError {
+pub enum JsonError {
     #[error("not UTF-8")]
     NotUtf8,
     #[error("not JSON: {reason}")]
     Syntax { reason: String },
-    #[error("nested deeper than {MAX_DEPTH} levels")]
-    TooDeep,
+    #[error("nested deeper than {max} levels")]
+    TooDeep { max: usize },
     #[error("member {name:?} appears twice in one object")]
     Duplicate { name: String },
 }
 
-/// The one value `text` holds.
+/// The one value `text` holds, nested at most [`MAX_DEPTH`] deep.
 ///
 /// # Errors
 /// `text` is not UTF-8, not one JSON value, repeats a member name or nests too deep.
-pub(super) fn parse(text: &[u8]) -> Result<Value, JsonError> {
+pub fn parse(text: &[u8]) -> Result<Value, JsonError> {
+    parse_nested(text, MAX_DEPTH)
+}
+
+/// [`parse`] with another nesting limit.
+///
+/// # Errors
+/// As for [`parse`].
+pub fn parse_nested(text: &[u8], max_depth: usize) -> Result<Value, JsonError> {
     let text = std::str::from_utf8(text).map_err(|_| JsonError::NotUtf8)?;
     let problem = Cell::new(None);
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let seed = Strict {
         depth: 0,
+        max_depth,
         problem: &problem,
     };
     match seed
@@ -66,14 +75,17 @@ pub(super) fn parse(text: &[u8]) -> Result<Value, JsonError> {
 struct Strict<'p> {
     /// Containers around the value being read.
     depth: usize,
+    max_depth: usize,
     problem: &'p Cell<Option<JsonError>>,
 }
 
 impl Strict<'_> {
     /// The seed for the values inside a container that opens here.
     fn inside<E: de::Error>(self) -> Result<Self, E> {
-        if self.depth >= MAX_DEPTH {
-            return Err(self.refuse(JsonError::TooDeep));
+        if self.depth >= self.max_depth {
+            return Err(self.refuse(JsonError::TooDeep {
+                max: self.max_depth,
+            }));
         }
         Ok(Self {
             depth: self.depth + 1,
