@@ -331,6 +331,20 @@ impl ServerHandler for GateServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // Boxed: rmcp and tokio move the request's future by value several times on the way to
+        // being polled (into the service task, into the task cell), and the corridor's state
+        // machine is kilobytes. A pointer moves for free.
+        Box::pin(self.serve_call(request, context)).await
+    }
+}
+
+impl GateServer {
+    /// `tools/call`: the corridor, then this server's `_meta` on a modern result.
+    async fn serve_call(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let _guard = self.inflight.enter();
         let arguments = request.arguments.unwrap_or_default();
         let gate = self.gate_for(&context);
