@@ -18,7 +18,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::canonical;
@@ -223,34 +223,83 @@ impl Chain {
     }
 
     /// Places `event` after the current head, stamped `ts` (nanoseconds since the epoch).
+    ///
+    /// The record is written straight into its canonical bytes (keys in byte order, each value
+    /// through [`canonical::write`]) rather than assembled as a `serde_json` object and encoded
+    /// twice: sealing is on every call's path, and the line it makes must be exactly what
+    /// [`canonical::to_vec`] of the record would give, which the audit tests check.
     pub fn seal(&mut self, event: &Event, ts: u64) -> Sealed {
-        let mut record: Map<String, Value> = event
+        let ts = ts.to_string();
+        let mut fields: Vec<(&str, Field<'_>)> = event
             .detail
             .iter()
             .filter(|(key, _)| !CORE_FIELDS.contains(&key.as_str()))
-            .map(|(key, value)| (key.clone(), value.clone()))
+            .map(|(key, value)| (key.as_str(), Field::Value(value)))
             .collect();
-        let mut put = |key: &str, value: &str| {
-            record.insert(key.to_owned(), Value::String(value.to_owned()));
-        };
-        put("args_digest", &event.args_digest);
-        put("decision", event.decision.as_str());
-        put("method", &event.method);
-        put("name", &event.name);
-        put("outcome", event.outcome.as_str());
-        put("prev_sha256", &self.head);
-        put("request_id", &event.request_id);
-        record.insert("ts".to_owned(), Value::from(ts));
-        let mut record = Value::Object(record);
-        let sha256 = record_hash(&self.head, &canonical::to_vec(&record));
-        if let Value::Object(map) = &mut record {
-            map.insert("sha256".to_owned(), Value::String(sha256.clone()));
+        fields.extend([
+            ("args_digest", Field::Str(&event.args_digest)),
+            ("decision", Field::Str(event.decision.as_str())),
+            ("method", Field::Str(&event.method)),
+            ("name", Field::Str(&event.name)),
+            ("outcome", Field::Str(event.outcome.as_str())),
+            ("prev_sha256", Field::Str(&self.head)),
+            ("request_id", Field::Str(&event.request_id)),
+            ("ts", Field::Integer(&ts)),
+        ]);
+        // Byte order of UTF-8 is code-point order, the canonical order; keys are unique.
+        fields.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        let mut body = Vec::with_capacity(512);
+        body.push(b'{');
+        // Where `"sha256":…,` goes in the line: before the first key that sorts after it.
+        let mut at = None;
+        for (i, (key, field)) in fields.iter().enumerate() {
+            if i > 0 {
+                body.push(b',');
+            }
+            if at.is_none() && key.as_bytes() > b"sha256".as_slice() {
+                at = Some(body.len());
+            }
+            canonical::write_str(key, &mut body);
+            body.push(b':');
+            match field {
+                Field::Str(text) => canonical::write_str(text, &mut body),
+                Field::Integer(digits) => body.extend_from_slice(digits.as_bytes()),
+                Field::Value(value) => canonical::write(value, &mut body),
+            }
         }
-        let mut line = canonical::to_vec(&record);
+        body.push(b'}');
+        let sha256 = record_hash(&self.head, &body);
+        let mut member = Vec::with_capacity(sha256.len() + 12);
+        canonical::write_str("sha256", &mut member);
+        member.push(b':');
+        canonical::write_str(&sha256, &mut member);
+        let mut line = Vec::with_capacity(body.len() + member.len() + 2);
+        match at {
+            Some(at) => {
+                line.extend_from_slice(&body[..at]);
+                line.extend_from_slice(&member);
+                line.push(b',');
+                line.extend_from_slice(&body[at..]);
+            }
+            None => {
+                line.extend_from_slice(&body[..body.len() - 1]);
+                line.push(b',');
+                line.extend_from_slice(&member);
+                line.push(b'}');
+            }
+        }
         line.push(b'\n');
         self.head.clone_from(&sha256);
         Sealed { line, sha256 }
     }
+}
+
+/// One member's value in [`Chain::seal`].
+enum Field<'a> {
+    Str(&'a str),
+    /// Decimal digits, written as they are.
+    Integer(&'a str),
+    Value(&'a Value),
 }
 
 /// `SHA-256(prev || body)` as hex, where `body` is the canonical record without its `sha256`.

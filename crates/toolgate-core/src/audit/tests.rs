@@ -344,3 +344,47 @@ fn the_encoder_reproduces_the_vector_byte_for_byte() {
         assert_eq!(sealed.line, line);
     }
 }
+
+#[test]
+fn a_sealed_line_is_the_canonical_encoding_of_its_record_whatever_its_detail() {
+    // Detail keys before and after `sha256` in byte order, nested values, escapes, and a key that
+    // tries to override a core field (ignored): the line is the record's canonical form, hashed
+    // over that form without `sha256`.
+    let event = Event::tool_call_digested(
+        "r\"1\n",
+        "write_note",
+        Decision::Deny,
+        Outcome::Conflict,
+        "d".repeat(64),
+    )
+    .with("approval_id", "a")
+    .with("rule", "arg_rules.write_note.text")
+    .with("policy_sha256", "p")
+    .with("tier", json!({"z": [1, "é", null], "a": {"y": true}}))
+    .with("zz", 7)
+    .with("ts", "forged")
+    .with("sha256", "forged");
+    for detail in [
+        event.clone(),
+        Event {
+            detail: Default::default(),
+            ..event
+        },
+    ] {
+        let mut chain = Chain::new(GENESIS.to_owned());
+        let sealed = chain.seal(&detail, 1_700_000_000_123_456_789);
+        let mut record: serde_json::Value = serde_json::from_slice(&sealed.line).unwrap();
+        assert_eq!(
+            sealed.line,
+            [canonical::to_vec(&record), b"\n".to_vec()].concat()
+        );
+        assert_eq!(record["ts"], json!(1_700_000_000_123_456_789_u64));
+        let sha = record.as_object_mut().unwrap().remove("sha256").unwrap();
+        assert_eq!(sha, json!(sealed.sha256));
+        assert_eq!(
+            sealed.sha256,
+            record_hash(GENESIS, &canonical::to_vec(&record))
+        );
+        assert_eq!(chain.head(), sealed.sha256);
+    }
+}
