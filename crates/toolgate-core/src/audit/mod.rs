@@ -308,7 +308,7 @@ pub fn record_hash(prev: &str, body: &[u8]) -> String {
     let mut hasher = Sha256::new();
     hasher.update(prev.as_bytes());
     hasher.update(body);
-    hex::encode(hasher.finalize())
+    canonical::lower_hex(&hasher.finalize())
 }
 
 /// The `sha256` of one complete line, if it is a canonical record whose own hash matches its
