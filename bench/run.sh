@@ -103,9 +103,9 @@ cpu_per_call() {
     # `times`: the shell's own line, then its children's: "0m0.420s 0m0.080s".
     times=$(sed -n 2p "$data.times")
     awk -v t="$times" -v n="$n" -v rate="$(field "$out" calls_per_s)" 'BEGIN {
-        split(t, p, " "); us = 0
-        for (i = 1; i <= 2; i++) { split(p[i], ms, "m"); sub("s", "", ms[2]); us += (ms[1] * 60 + ms[2]) * 1e6 }
-        printf "%.1f %s\n", us / n, rate }'
+        split(t, p, " ")
+        for (i = 1; i <= 2; i++) { split(p[i], ms, "m"); sub("s", "", ms[2]); us[i] = (ms[1] * 60 + ms[2]) * 1e6 }
+        printf "%.1f %.1f %.1f %s\n", (us[1] + us[2]) / n, us[1] / n, us[2] / n, rate }'
 }
 
 fstype=$(df -T "$tmp" | awk 'NR == 2 { print $2 }')
@@ -121,24 +121,29 @@ fi
 if [[ -n $compare ]]; then
     compare=$(cd "$(dirname "$compare")" && pwd)/$(basename "$compare")
     [[ -x $compare ]] || { log "bench/run.sh: --compare $compare is not an executable"; exit 2; }
-    this_cpu=() that_cpu=() this_rate=() that_rate=()
+    this_cpu=() that_cpu=() this_rate=() that_rate=() this_user=() that_user=() this_sys=() that_sys=()
     for ((r = 1; r <= rounds; r++)); do
         # Alternate which build goes first, so a drift in the machine's state favours neither.
         for which in $( ((r % 2)) && echo "this that" || echo "that this"); do
             binary=$toolgate
             [[ $which == that ]] && binary=$compare
-            read -r cpu rate < <(cpu_per_call "$binary" "$calls" "$tmp/ab-$which-$r")
-            log "   round $r $which: $cpu us of server CPU per call, $rate calls/s"
-            if [[ $which == this ]]; then this_cpu+=("$cpu") this_rate+=("$rate"); else that_cpu+=("$cpu") that_rate+=("$rate"); fi
+            read -r cpu user sys rate < <(cpu_per_call "$binary" "$calls" "$tmp/ab-$which-$r")
+            log "   round $r $which: $cpu us of server CPU per call (user $user, system $sys), $rate calls/s"
+            if [[ $which == this ]]; then
+                this_cpu+=("$cpu") this_user+=("$user") this_sys+=("$sys") this_rate+=("$rate")
+            else
+                that_cpu+=("$cpu") that_user+=("$user") that_sys+=("$sys") that_rate+=("$rate")
+            fi
             rm -rf "$tmp/ab-$which-$r"
         done
     done
     a=$(median "${this_cpu[@]}") b=$(median "${that_cpu[@]}")
     echo
     echo "sequential A/B, $rounds rounds of $calls calls each, alternating, data on $fstype"
-    echo "this build:    $a us server CPU per call (median), $(median "${this_rate[@]}") calls/s"
-    echo "compare build: $b us server CPU per call (median), $(median "${that_rate[@]}") calls/s"
+    echo "this build:    $a us server CPU per call (median; user $(median "${this_user[@]}"), system $(median "${this_sys[@]}")), $(median "${this_rate[@]}") calls/s"
+    echo "compare build: $b us server CPU per call (median; user $(median "${that_user[@]}"), system $(median "${that_sys[@]}")), $(median "${that_rate[@]}") calls/s"
     echo "ratio (this / compare): $(calc "$a / $b" 2)x  target <= 0.5x"
+    echo "user-space only:        $(calc "$(median "${this_user[@]}") / $(median "${that_user[@]}")" 2)x"
     exit 0
 fi
 
@@ -198,7 +203,8 @@ floor_rate=$(field "$out" calls_per_s) floor_p50=$(field "$out" p50_ms)
 # --- The seed server, same client, same kind of calls ---
 base_seq=""
 if [[ -n $baseline ]]; then
-    venv=${BENCH_VENV:-$tmp/venv}
+    # Absolute: the seed server runs from a directory of its own below.
+    venv=$(realpath -m "${BENCH_VENV:-$tmp/venv}")
     if [[ ! -x $venv/bin/python ]] || ! "$venv/bin/python" -c 'import mcp' 2>/dev/null; then
         log "== creating the baseline's Python environment in $venv"
         python3 -m venv "$venv"
