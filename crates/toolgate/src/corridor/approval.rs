@@ -28,10 +28,12 @@ impl Corridor<'_> {
     /// Lets a call that needs no person through; otherwise holds it until a person decides, the
     /// wait ends (pending answer) or the server shuts down (pending answer at once).
     pub(super) async fn approve(&self, call: &mut CallState<'_>) -> Flow {
+        // Most calls need no person: look before cloning the verdict.
         let Some(verdict) = call
             .verdict
-            .clone()
+            .as_ref()
             .filter(|v| v.action == Action::NeedsApproval)
+            .cloned()
         else {
             return Continue(());
         };

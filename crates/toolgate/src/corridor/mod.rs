@@ -123,7 +123,8 @@ impl<'c> CallState<'c> {
     fn arguments(&self) -> &Map<String, Value> {
         match &self.arguments {
             Value::Object(map) => map,
-            // `new` only ever stores an object.
+            // `new` stores an object; `run` moves it into the handler, after which nothing
+            // reads the arguments (records use the label and digest made at the start).
             _ => empty_map(),
         }
     }
@@ -188,7 +189,7 @@ impl<'a> Corridor<'a> {
             return answer;
         }
         let event = self.event(call, &answer);
-        if let Denied { .. } = &answer {
+        if kind == answer::Kind::Denied {
             tracing::info!(
                 tool = call.name,
                 rule = answer.rule().unwrap_or_default(),
@@ -231,8 +232,6 @@ impl<'a> Corridor<'a> {
     }
 }
 
-use Answer::Denied;
-
 /// `event`, naming the upstream whose tool it is about (the gateway's records), if any.
 pub(crate) fn from_upstream(event: Event, upstream: Option<&str>) -> Event {
     match upstream {
@@ -250,7 +249,7 @@ async fn pause(period: Duration, ct: &CancellationToken) -> Result<(), Cancelled
     }
 }
 
-/// An empty object, for the one impossible case above.
+/// An empty object, for arguments already handed to the handler.
 fn empty_map() -> &'static Map<String, Value> {
     static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
     EMPTY.get_or_init(Map::new)
