@@ -489,3 +489,60 @@ fn stdin_closed_with_a_held_call_answers_it_at_once_and_exits_0_without_waiting(
         closed.elapsed()
     );
 }
+
+/// A session with stdin and stdout as `kind` makes: one initialize-less `tools/list` answered, then
+/// stdin closed. Returns the flags of the file descriptions the child had, read after it exited.
+fn session_on(
+    stdin: std::os::fd::OwnedFd,
+    stdout: std::os::fd::OwnedFd,
+    mut write: impl Write,
+    read: impl std::io::Read,
+) -> (rustix::fs::OFlags, rustix::fs::OFlags) {
+    let scratch = Scratch::new();
+    let (stdin_copy, stdout_copy) = (
+        stdin.try_clone().expect("dup stdin"),
+        stdout.try_clone().expect("dup stdout"),
+    );
+    let mut child = scratch
+        .serve_command()
+        .stdin(Stdio::from(stdin))
+        .stdout(Stdio::from(stdout))
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn toolgate serve");
+    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
+    writeln!(write, "{request}").expect("write the request");
+    let mut answer = String::new();
+    BufReader::new(read).read_line(&mut answer).expect("read the answer");
+    let answer: Value = serde_json::from_str(&answer).expect("the answer is JSON");
+    assert_eq!(answer["id"], 1, "{answer}");
+    assert!(answer["result"]["tools"].is_array(), "{answer}");
+    drop(write);
+    assert!(child.wait().expect("wait").success());
+    (
+        rustix::fs::fcntl_getfl(&stdin_copy).expect("stdin flags"),
+        rustix::fs::fcntl_getfl(&stdout_copy).expect("stdout flags"),
+    )
+}
+
+/// Clients spawn servers with a socket or a pipe on stdin and stdout (Python's asyncio: a
+/// socketpair and a pipe; Node: socketpairs); the server drives those on its reactor in
+/// non-blocking mode. A session must work on each, and the server must leave the file
+/// descriptions as it found them, since the process that gave them may share them.
+#[test]
+fn a_session_on_sockets_or_pipes_works_and_leaves_them_blocking() {
+    use rustix::fs::OFlags;
+    use std::os::unix::net::UnixStream;
+
+    let (client_in, server_in) = UnixStream::pair().expect("socketpair");
+    let (client_out, server_out) = UnixStream::pair().expect("socketpair");
+    let flags = session_on(server_in.into(), server_out.into(), client_in, client_out);
+    assert!(!flags.0.contains(OFlags::NONBLOCK), "stdin socket left non-blocking");
+    assert!(!flags.1.contains(OFlags::NONBLOCK), "stdout socket left non-blocking");
+
+    let (server_in, client_in) = std::io::pipe().expect("pipe");
+    let (client_out, server_out) = std::io::pipe().expect("pipe");
+    let flags = session_on(server_in.into(), server_out.into(), client_in, client_out);
+    assert!(!flags.0.contains(OFlags::NONBLOCK), "stdin pipe left non-blocking");
+    assert!(!flags.1.contains(OFlags::NONBLOCK), "stdout pipe left non-blocking");
+}

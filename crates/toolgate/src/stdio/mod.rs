@@ -32,7 +32,8 @@
 //! reader, so that each line is parsed once. The message this module parses is the one rmcp gets:
 //! a good line costs what it cost inside rmcp (one `serde_json` parse into rmcp's message type),
 //! plus one enum match and, for a request that fell to rmcp's custom fallback only, a method name
-//! compared against a short list. Only refused lines are read a second time.
+//! compared against a short list. Only refused lines are read a second time. stdin and stdout
+//! themselves are opened in [`ends`] (on the reactor when they are pipes or sockets).
 //!
 //! **Ending.** stdin closing, SIGTERM or SIGINT all end a session the same way: reading stops, the
 //! server's shutdown token ([`crate::GateServer::shutdown`]) is cancelled so that every call held
@@ -62,6 +63,8 @@ use tokio::sync::{Mutex, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::GateServer;
+
+mod ends;
 
 /// The longest line (one JSON-RPC message) read from stdin, in bytes: 4 MiB. A longer line is
 /// answered -32700 without being held in memory.
@@ -161,7 +164,8 @@ pub async fn serve(server: GateServer, grace: Duration) -> io::Result<()> {
         grace,
         service: service.clone(),
     };
-    let (reader, writer) = rmcp::transport::io::stdio_pipes();
+    // Restores stdin's and stdout's flags once the session is over.
+    let (reader, writer, _restore) = ends::open();
     let transport = Framing::new(reader, writer, ending);
     let result = match server.serve_with_ct(transport, service).await {
         Ok(running) => match running.waiting().await {
