@@ -30,10 +30,11 @@
 //!
 //! Design decision: a transport of our own rather than a filter of bytes in front of rmcp's
 //! reader, so that each line is parsed once. The message this module parses is the one rmcp gets:
-//! a good line costs what it cost inside rmcp (one `serde_json` parse into rmcp's message type),
-//! plus one enum match and, for a request that fell to rmcp's custom fallback only, a method name
-//! compared against a short list. Only refused lines are read a second time. stdin and stdout
-//! themselves are opened in [`ends`] (on the reactor when they are pipes or sockets).
+//! a plain `tools/call` line is read straight into it ([`call_line`]), any other good line costs
+//! what it cost inside rmcp (one `serde_json` parse into rmcp's message type) plus one enum match
+//! and, for a request that fell to rmcp's custom fallback only, a method name compared against a
+//! short list. Only refused lines are read a second time. stdin and stdout themselves are opened
+//! in [`ends`] (on the reactor when they are pipes or sockets).
 //!
 //! **Ending.** stdin closing, SIGTERM or SIGINT all end a session the same way: reading stops, the
 //! server's shutdown token ([`crate::GateServer::shutdown`]) is cancelled so that every call held
@@ -64,6 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::GateServer;
 
+mod call_line;
 mod ends;
 
 /// The longest line (one JSON-RPC message) read from stdin, in bytes: 4 MiB. A longer line is
@@ -575,6 +577,9 @@ fn judge(line: &[u8]) -> Judged {
     let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
     if line.iter().all(u8::is_ascii_whitespace) {
         return Judged::Blank;
+    }
+    if let Some(call) = call_line::read(line) {
+        return Judged::Pass(call);
     }
     match serde_json::from_slice::<ClientJsonRpcMessage>(line) {
         Ok(JsonRpcMessage::Request(request)) => {
