@@ -18,6 +18,13 @@
 //! queued, writes each file once, syncs each file at most once, then answers every caller. An answer
 //! therefore always leaves after its record is on disk, and concurrent calls share one sync.
 //!
+//! A caller alone at the journal commits its own request instead, on its own thread, through the
+//! same commit under the same lock: handing one request to the writer thread and being woken by
+//! it cost a sequential call two thread wake-ups and three context switches, a fifth of the
+//! server's CPU. "Alone" is judged after yielding to the runtime once, so that calls already
+//! runnable on this worker (a burst read in one go) reach the journal first and go to the writer
+//! thread together; a lone caller blocks its worker for one sync, which is the wait it had anyway.
+//!
 //! Idempotency lives in the writer, the single sequencer: "is this request_id new?" and "make it
 //! durable" happen in one step, so two concurrent calls with one key cannot both commit.
 
@@ -31,8 +38,8 @@ mod tests;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock, mpsc};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 
 use tokio::sync::oneshot;
 use toolgate_core::audit::{Event, Outcome};
@@ -150,6 +157,10 @@ pub struct Journal {
 #[derive(Debug)]
 struct Inner {
     tx: mpsc::Sender<Request>,
+    /// Shared with the writer thread; held for one commit at a time.
+    writer: Arc<Mutex<writer::Writer>>,
+    /// Callers inside [`Journal::record`] or [`Journal::put_note`] now.
+    callers: AtomicUsize,
     ledger: Arc<RwLock<Ledger>>,
     dir: PathBuf,
     head: Arc<RwLock<String>>,
@@ -177,19 +188,19 @@ impl Journal {
         let head = Arc::new(RwLock::new(opened.chain.head().to_owned()));
         let counters = Arc::new(Counters::default());
         let (tx, rx) = mpsc::channel();
-        writer::spawn(
-            writer::Writer::new(
-                opened.files,
-                opened.chain,
-                Arc::clone(&ledger),
-                Arc::clone(&head),
-                Arc::clone(&counters),
-                durability,
-            ),
-            rx,
-        )?;
+        let writer = Arc::new(Mutex::new(writer::Writer::new(
+            opened.files,
+            opened.chain,
+            Arc::clone(&ledger),
+            Arc::clone(&head),
+            Arc::clone(&counters),
+            durability,
+        )));
+        writer::spawn(Arc::clone(&writer), rx)?;
         let inner = Inner {
             tx,
+            writer,
+            callers: AtomicUsize::new(0),
             ledger,
             dir: dir.to_path_buf(),
             head,
@@ -209,7 +220,7 @@ impl Journal {
     /// The record could not be made durable.
     pub async fn record(&self, event: Event) -> Result<Receipt, JournalError> {
         let (reply, answer) = oneshot::channel();
-        self.send(Request::Record { event, reply })?;
+        let _inside = self.commit(Request::Record { event, reply }).await?;
         answer.await.map_err(|_| JournalError::Closed)?
     }
 
@@ -224,7 +235,7 @@ impl Journal {
         event: Event,
     ) -> Result<(NoteOutcome, Receipt), JournalError> {
         let (reply, answer) = oneshot::channel();
-        self.send(Request::PutNote { note, event, reply })?;
+        let _inside = self.commit(Request::PutNote { note, event, reply }).await?;
         answer.await.map_err(|_| JournalError::Closed)?
     }
 
@@ -274,11 +285,40 @@ impl Journal {
         self.inner.dir.join(AUDIT_FILE)
     }
 
-    fn send(&self, request: Request) -> Result<(), JournalError> {
+    /// Commits `request` here when this caller is alone at the journal, else hands it to the
+    /// writer thread (module header, "Group commit"). Either way its reply is sent once it is
+    /// durable; the caller counts as inside the journal until it drops the returned guard, after
+    /// its reply. Cancel-safe: dropped before the commit, nothing was written.
+    async fn commit(&self, request: Request) -> Result<Inside<'_>, JournalError> {
+        let inside = Inside::enter(&self.inner.callers);
+        tokio::task::yield_now().await;
+        if self.inner.callers.load(Ordering::Acquire) == 1
+            && let Ok(mut writer) = self.inner.writer.try_lock()
+        {
+            writer.commit(&mut vec![request]);
+            return Ok(inside);
+        }
         self.inner
             .tx
             .send(request)
-            .map_err(|_| JournalError::Closed)
+            .map_err(|_| JournalError::Closed)?;
+        Ok(inside)
+    }
+}
+
+/// Counts a caller inside the journal until dropped.
+struct Inside<'a>(&'a AtomicUsize);
+
+impl<'a> Inside<'a> {
+    fn enter(callers: &'a AtomicUsize) -> Self {
+        callers.fetch_add(1, Ordering::AcqRel);
+        Self(callers)
+    }
+}
+
+impl Drop for Inside<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -82,6 +82,36 @@ async fn concurrent_calls_with_one_key_commit_once() {
     assert_eq!(verify(dir.path()).records, 200);
 }
 
+/// A caller alone at the journal commits on its own thread (module header, "Group commit"); a
+/// burst that arrives together must still share syncs, on one worker as on several.
+#[tokio::test(flavor = "current_thread")]
+async fn a_lone_caller_commits_alone_and_a_burst_still_shares_its_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path()).unwrap();
+    for i in 0..3 {
+        let (n, e) = note(&format!("seq-{i:04}"), "alone");
+        journal.put_note(n, e).await.unwrap();
+    }
+    assert_eq!(journal.stats().syncs, 3, "one sync per sequential note");
+    let mut tasks = Vec::new();
+    for i in 0..64 {
+        let journal = journal.clone();
+        let (n, e) = note(&format!("burst-{i:04}"), "together");
+        tasks.push(tokio::spawn(async move { journal.put_note(n, e).await }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap().0, NoteOutcome::Committed);
+    }
+    let stats = journal.stats();
+    assert_eq!(stats.records, 67);
+    assert!(
+        stats.syncs - 3 <= 4,
+        "a burst of 64 took {} syncs; it should share a few",
+        stats.syncs - 3
+    );
+    assert_eq!(verify(dir.path()).records, 67);
+}
+
 #[tokio::test]
 async fn reopening_recovers_head_and_index_and_a_second_writer_is_locked_out() {
     let dir = tempfile::tempdir().unwrap();

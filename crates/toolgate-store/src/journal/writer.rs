@@ -1,13 +1,15 @@
-//! The writer thread: takes every queued request, writes each file once, syncs each at most once,
-//! then answers. A failed write poisons the journal: nothing later is acknowledged, because the
-//! files' state is no longer known.
+//! The writer: commits a batch of requests, writing each file once and syncing each at most once,
+//! then answers them. Its thread takes every queued request as one batch; a caller alone at the
+//! journal commits its own request through the same [`Writer::commit`] (module `journal`, "Group
+//! commit"). A failed write poisons the journal: nothing later is acknowledged, because the files'
+//! state is no longer known.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock, mpsc};
+use std::sync::{Arc, Mutex, RwLock, mpsc};
 
 use toolgate_core::audit::{Chain, Sealed};
 use toolgate_core::canonical;
@@ -66,16 +68,56 @@ impl Reply {
     }
 }
 
-pub(crate) fn spawn(writer: Writer, rx: mpsc::Receiver<Request>) -> Result<(), JournalError> {
+pub(crate) fn spawn(
+    writer: Arc<Mutex<Writer>>,
+    rx: mpsc::Receiver<Request>,
+) -> Result<(), JournalError> {
     std::thread::Builder::new()
         .name("toolgate-journal".to_owned())
-        .spawn(move || writer.run(&rx))
+        .spawn(move || run(&writer, &rx))
         .map(drop)
         .map_err(|source| JournalError::Io {
             context: "cannot start the journal writer for",
             path: PathBuf::new(),
             source,
         })
+}
+
+impl std::fmt::Debug for Writer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("head", &self.chain.head())
+            .field("poisoned", &self.poisoned)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The writer thread's loop: waits for a request, then commits it with everything queued behind
+/// it, until every journal handle is gone.
+fn run(writer: &Mutex<Writer>, rx: &mpsc::Receiver<Request>) {
+    let mut batch = Vec::new();
+    while let Ok(first) = rx.recv() {
+        batch.push(first);
+        let mut writer = lock(writer);
+        // Taken under the lock: requests that queued while a caller committed on its own join.
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        writer.commit(&mut batch);
+    }
+}
+
+/// The writer, for one commit. A commit that panicked left the files in a state nobody knows:
+/// the journal is poisoned and refuses everything after it.
+fn lock(writer: &Mutex<Writer>) -> std::sync::MutexGuard<'_, Writer> {
+    writer.lock().unwrap_or_else(|poisoned| {
+        let mut writer = poisoned.into_inner();
+        writer.poison();
+        writer
+    })
 }
 
 impl Writer {
@@ -98,21 +140,8 @@ impl Writer {
         }
     }
 
-    fn run(mut self, rx: &mpsc::Receiver<Request>) {
-        let mut batch = Vec::new();
-        while let Ok(first) = rx.recv() {
-            batch.push(first);
-            while batch.len() < MAX_BATCH {
-                match rx.try_recv() {
-                    Ok(next) => batch.push(next),
-                    Err(_) => break,
-                }
-            }
-            self.commit(&mut batch);
-        }
-    }
-
-    fn commit(&mut self, batch: &mut Vec<Request>) {
+    /// Commits `batch` (emptied) and answers each request in it.
+    pub(crate) fn commit(&mut self, batch: &mut Vec<Request>) {
         if self.poisoned {
             for request in batch.drain(..) {
                 match request {
@@ -185,8 +214,7 @@ impl Writer {
         }
         if let Err(error) = self.write(&wal, &audit, audit_needs_sync) {
             tracing::error!(error = %error, "journal write failed; every later call is refused until the server is restarted");
-            self.poisoned = true;
-            self.counters.failed.store(true, Ordering::Release);
+            self.poison();
             self.chain = start_head;
             for reply in replies {
                 reply.fail(|| JournalError::WriteFailed);
@@ -212,6 +240,11 @@ impl Writer {
         for reply in replies {
             reply.send();
         }
+    }
+
+    fn poison(&mut self) {
+        self.poisoned = true;
+        self.counters.failed.store(true, Ordering::Release);
     }
 
     fn write(
