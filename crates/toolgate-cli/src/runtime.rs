@@ -2,7 +2,7 @@
 //!
 //! Each command is one `async` job; what differs between them is decided here, from the parsed
 //! command line, so `main` stays parse → run → exit code and the commands stay free of setup.
-//! The one rule that is not obvious: the stdio gateway runs on one worker thread (below).
+//! The one rule that is not obvious: a stdio session runs on one worker thread (below).
 
 use std::future::Future;
 use std::process::ExitCode;
@@ -39,10 +39,17 @@ impl Shape {
             | Command::Pin(_)
             | Command::Keys(_) => "warn",
         };
-        // The gateway on stdio serves one client and waits on pipes and its journal's own thread;
-        // on one worker it does fewer cross-thread wake-ups: 14-25% more calls/s at 16 in flight
-        // and 0.05 ms less per sequential call (bench/proxy.sh, docs/performance.md).
-        let one_worker = matches!(command, Command::Proxy(args) if !args.http.enabled());
+        // On stdio the server has one client, reads and writes its pipes on the reactor, and
+        // syncs on its journal's own thread; on one worker it does fewer cross-thread wake-ups
+        // (a second worker is woken, finds nothing and parks again on every call). The gateway:
+        // 14-25% more calls/s at 16 in flight and 0.05 ms less per sequential call
+        // (bench/proxy.sh); `serve`: one context switch less per sequential call
+        // (docs/performance.md).
+        let one_worker = match command {
+            Command::Serve(args) => !args.http.enabled(),
+            Command::Proxy(args) => !args.http.enabled(),
+            _ => false,
+        };
         Self {
             log_filter,
             one_worker,

@@ -23,7 +23,7 @@ pub(crate) struct Args {
     #[arg(long = "docs-host", value_name = "HOST[:PORT]")]
     docs_hosts: Vec<String>,
     #[command(flatten)]
-    http: crate::http::HttpArgs,
+    pub(crate) http: crate::http::HttpArgs,
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
