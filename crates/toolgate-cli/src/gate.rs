@@ -178,6 +178,7 @@ pub(crate) async fn serve(
         records = stats.records,
         syncs = stats.syncs,
         batches = stats.batches,
+        lone = stats.lone,
         head = %journal.head(),
         "journal stats at exit"
     );

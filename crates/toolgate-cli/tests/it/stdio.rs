@@ -510,10 +510,13 @@ fn session_on(
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn toolgate serve");
-    let request = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
+    let request =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta()}});
     writeln!(write, "{request}").expect("write the request");
     let mut answer = String::new();
-    BufReader::new(read).read_line(&mut answer).expect("read the answer");
+    BufReader::new(read)
+        .read_line(&mut answer)
+        .expect("read the answer");
     let answer: Value = serde_json::from_str(&answer).expect("the answer is JSON");
     assert_eq!(answer["id"], 1, "{answer}");
     assert!(answer["result"]["tools"].is_array(), "{answer}");
@@ -537,12 +540,24 @@ fn a_session_on_sockets_or_pipes_works_and_leaves_them_blocking() {
     let (client_in, server_in) = UnixStream::pair().expect("socketpair");
     let (client_out, server_out) = UnixStream::pair().expect("socketpair");
     let flags = session_on(server_in.into(), server_out.into(), client_in, client_out);
-    assert!(!flags.0.contains(OFlags::NONBLOCK), "stdin socket left non-blocking");
-    assert!(!flags.1.contains(OFlags::NONBLOCK), "stdout socket left non-blocking");
+    assert!(
+        !flags.0.contains(OFlags::NONBLOCK),
+        "stdin socket left non-blocking"
+    );
+    assert!(
+        !flags.1.contains(OFlags::NONBLOCK),
+        "stdout socket left non-blocking"
+    );
 
     let (server_in, client_in) = std::io::pipe().expect("pipe");
     let (client_out, server_out) = std::io::pipe().expect("pipe");
     let flags = session_on(server_in.into(), server_out.into(), client_in, client_out);
-    assert!(!flags.0.contains(OFlags::NONBLOCK), "stdin pipe left non-blocking");
-    assert!(!flags.1.contains(OFlags::NONBLOCK), "stdout pipe left non-blocking");
+    assert!(
+        !flags.0.contains(OFlags::NONBLOCK),
+        "stdin pipe left non-blocking"
+    );
+    assert!(
+        !flags.1.contains(OFlags::NONBLOCK),
+        "stdout pipe left non-blocking"
+    );
 }

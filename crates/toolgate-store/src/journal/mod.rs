@@ -18,12 +18,15 @@
 //! queued, writes each file once, syncs each file at most once, then answers every caller. An answer
 //! therefore always leaves after its record is on disk, and concurrent calls share one sync.
 //!
-//! A caller alone at the journal commits its own request instead, on its own thread, through the
-//! same commit under the same lock: handing one request to the writer thread and being woken by
-//! it cost a sequential call two thread wake-ups and three context switches, a fifth of the
-//! server's CPU. "Alone" is judged after yielding to the runtime once, so that calls already
-//! runnable on this worker (a burst read in one go) reach the journal first and go to the writer
-//! thread together; a lone caller blocks its worker for one sync, which is the wait it had anyway.
+//! A caller alone commits its own request instead, on its own thread, through the same commit
+//! under the same lock: handing one request to the writer thread and being woken by it cost a
+//! sequential call two thread wake-ups and three context switches, a fifth of the server's CPU.
+//! Alone means no other caller inside the journal and no other call being served: a server holds
+//! an [`Occupant`] for each call it serves, so that under load, when calls reach the journal one
+//! at a time between other work, they still go to the writer thread and share its syncs. It is
+//! judged after yielding to the runtime once, so that calls already runnable on this worker (a
+//! burst read in one go) register first. A lone caller blocks its worker for one sync, which is
+//! the wait it had anyway.
 //!
 //! Idempotency lives in the writer, the single sequencer: "is this request_id new?" and "make it
 //! durable" happen in one step, so two concurrent calls with one key cannot both commit.
@@ -84,6 +87,8 @@ pub struct Stats {
     pub syncs: u64,
     /// Batches committed (one write per file each).
     pub batches: u64,
+    /// Of those, commits a lone caller made on its own thread instead of the writer thread.
+    pub lone: u64,
 }
 
 #[derive(Debug, Default)]
@@ -91,6 +96,7 @@ pub(crate) struct Counters {
     pub(crate) records: AtomicU64,
     pub(crate) syncs: AtomicU64,
     pub(crate) batches: AtomicU64,
+    pub(crate) lone: AtomicU64,
     /// Set once a write or sync failed: the writer refuses everything after it.
     pub(crate) failed: std::sync::atomic::AtomicBool,
 }
@@ -161,6 +167,8 @@ struct Inner {
     writer: Arc<Mutex<writer::Writer>>,
     /// Callers inside [`Journal::record`] or [`Journal::put_note`] now.
     callers: AtomicUsize,
+    /// Calls being served that may write here ([`Journal::occupy`]).
+    occupants: Arc<AtomicUsize>,
     ledger: Arc<RwLock<Ledger>>,
     dir: PathBuf,
     head: Arc<RwLock<String>>,
@@ -201,6 +209,7 @@ impl Journal {
             tx,
             writer,
             callers: AtomicUsize::new(0),
+            occupants: Arc::default(),
             ledger,
             dir: dir.to_path_buf(),
             head,
@@ -268,7 +277,17 @@ impl Journal {
             records: c.records.load(Ordering::Relaxed),
             syncs: c.syncs.load(Ordering::Relaxed),
             batches: c.batches.load(Ordering::Relaxed),
+            lone: c.lone.load(Ordering::Relaxed),
         }
+    }
+
+    /// Registers a call being served, until the guard is dropped. A server takes one per call it
+    /// serves, from its start: while more than one is held, records go to the writer thread to
+    /// share its syncs (module header, "Group commit").
+    #[must_use]
+    pub fn occupy(&self) -> Occupant {
+        self.inner.occupants.fetch_add(1, Ordering::AcqRel);
+        Occupant(Arc::clone(&self.inner.occupants))
     }
 
     /// Whether a write or sync failed since open. After a failed fsync the kernel may have dropped
@@ -293,8 +312,10 @@ impl Journal {
         let inside = Inside::enter(&self.inner.callers);
         tokio::task::yield_now().await;
         if self.inner.callers.load(Ordering::Acquire) == 1
+            && self.inner.occupants.load(Ordering::Acquire) <= 1
             && let Ok(mut writer) = self.inner.writer.try_lock()
         {
+            self.inner.counters.lone.fetch_add(1, Ordering::Relaxed);
             writer.commit(&mut vec![request]);
             return Ok(inside);
         }
@@ -303,6 +324,16 @@ impl Journal {
             .send(request)
             .map_err(|_| JournalError::Closed)?;
         Ok(inside)
+    }
+}
+
+/// A call being served, counted by its journal until dropped ([`Journal::occupy`]).
+#[derive(Debug)]
+pub struct Occupant(Arc<AtomicUsize>);
+
+impl Drop for Occupant {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -93,6 +93,7 @@ async fn a_lone_caller_commits_alone_and_a_burst_still_shares_its_syncs() {
         journal.put_note(n, e).await.unwrap();
     }
     assert_eq!(journal.stats().syncs, 3, "one sync per sequential note");
+    assert_eq!(journal.stats().lone, 3, "a sequential caller commits alone");
     let mut tasks = Vec::new();
     for i in 0..64 {
         let journal = journal.clone();
@@ -110,6 +111,37 @@ async fn a_lone_caller_commits_alone_and_a_burst_still_shares_its_syncs() {
         stats.syncs - 3
     );
     assert_eq!(verify(dir.path()).records, 67);
+}
+
+/// Under load, calls reach the journal one at a time between other work; while a server serves
+/// more than one call, none of them commits alone, so they keep sharing the writer's syncs.
+#[tokio::test(flavor = "current_thread")]
+async fn while_other_calls_are_served_no_caller_commits_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path()).unwrap();
+    let mut tasks = Vec::new();
+    for i in 0..16 {
+        let journal = journal.clone();
+        let occupant = journal.occupy();
+        tasks.push(tokio::spawn(async move {
+            // Other work first, a different amount for each call: they arrive one by one.
+            for _ in 0..i * 3 {
+                tokio::task::yield_now().await;
+            }
+            let (n, e) = note(&format!("load-{i:04}"), "served");
+            let outcome = journal.put_note(n, e).await;
+            drop(occupant);
+            outcome
+        }));
+    }
+    for task in tasks {
+        assert_eq!(task.await.unwrap().unwrap().0, NoteOutcome::Committed);
+    }
+    let stats = journal.stats();
+    assert_eq!(stats.records, 16);
+    // The last one may find itself the only call left: that one commits alone.
+    assert!(stats.lone <= 1, "{} of 16 committed alone", stats.lone);
+    assert_eq!(verify(dir.path()).records, 16);
 }
 
 #[tokio::test]

@@ -346,6 +346,8 @@ impl GateServer {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let _guard = self.inflight.enter();
+        // Counted by the journal: with other calls in flight, records share the writer's syncs.
+        let _occupant = self.gate.journal().occupy();
         let arguments = request.arguments.unwrap_or_default();
         let gate = self.gate_for(&context);
         let corridor = Corridor::new(&gate, self.toolset.as_ref(), &request.name);
