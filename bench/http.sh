@@ -22,6 +22,9 @@
 #                  a token it has not verified yet (20,000 distinct tokens in turn, more than its
 #                  cache of verified tokens holds), i.e. a full signature check on every call
 # BENCH_TMP        where the data directories go (default ./target): the disk being measured.
+# TOOLGATE_BIN     the toolgate binary to measure (default: this checkout's release build); an A/B
+#                  against another commit runs the script twice, once with a build of it
+#                  (scripts/build-at COMMIT).
 #
 # Every run is a fresh server process on a fresh data directory; the servers take turns at
 # each load level. Calls are `write_note` with a request_id unique per call, so every call is a
@@ -37,7 +40,7 @@ mode=modern
 alg=ES256
 fresh=1
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 
 while (($#)); do
     case "$1" in
@@ -74,7 +77,7 @@ trap 'log "bench/http.sh: a step failed (line $LINENO); its output is above"' ER
 
 log "== building release binaries"
 cargo build --quiet --release -p toolgate-cli --bin toolgate --example http_bench
-toolgate=$repo/target/release/toolgate
+toolgate=${TOOLGATE_BIN:-$repo/target/release/toolgate}
 bench=$repo/target/release/examples/http_bench
 
 mkdir -p "${BENCH_TMP:-$repo/target}"

@@ -281,6 +281,12 @@ impl Journal {
         }
     }
 
+    /// No other caller inside the journal and no other call being served.
+    fn alone(&self) -> bool {
+        self.inner.callers.load(Ordering::Acquire) == 1
+            && self.inner.occupants.load(Ordering::Acquire) <= 1
+    }
+
     /// Registers a call being served, until the guard is dropped. A server takes one per call it
     /// serves, from its start: while more than one is held, records go to the writer thread to
     /// share its syncs (module header, "Group commit").
@@ -310,9 +316,11 @@ impl Journal {
     /// its reply. Cancel-safe: dropped before the commit, nothing was written.
     async fn commit(&self, request: Request) -> Result<Inside<'_>, JournalError> {
         let inside = Inside::enter(&self.inner.callers);
-        tokio::task::yield_now().await;
-        if self.inner.callers.load(Ordering::Acquire) == 1
-            && self.inner.occupants.load(Ordering::Acquire) <= 1
+        // Under load nobody is alone: straight to the queue, without the yield.
+        if self.alone() {
+            tokio::task::yield_now().await;
+        }
+        if self.alone()
             && let Ok(mut writer) = self.inner.writer.try_lock()
         {
             self.inner.counters.lone.fetch_add(1, Ordering::Relaxed);
