@@ -18,8 +18,8 @@ use toolgate::http::{self, AuthConfig, HttpConfig, KeySource, Verifier};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct HttpArgs {
-    /// Serve Streamable HTTP on this address instead of stdio: `PORT` or `HOST:PORT` (the host
-    /// defaults to 127.0.0.1).
+    /// Serve Streamable HTTP on this address instead of stdio: `PORT` or `HOST:PORT`, the host an
+    /// IP address or `localhost` (127.0.0.1, also the default).
     #[arg(long, value_name = "ADDR")]
     pub(crate) http: Option<String>,
     /// Path of the MCP endpoint.
@@ -30,7 +30,8 @@ pub(crate) struct HttpArgs {
     #[arg(long, value_name = "URI")]
     resource: Option<String>,
     /// A browser Origin allowed to call (`https://app.example.com`). Repeatable; requests with any
-    /// other Origin get 403.
+    /// other Origin get 403, but for this server's own origin when it listens on loopback
+    /// (`http://127.0.0.1:PORT`, `http://localhost:PORT`, `http://[::1]:PORT`).
     #[arg(long = "allow-origin", value_name = "ORIGIN")]
     origins: Vec<String>,
     /// A Host header value accepted besides loopback names and the resource URI's host.
@@ -73,7 +74,11 @@ impl HttpArgs {
         let Some(text) = &self.http else {
             return Ok(None);
         };
-        if let Ok(port) = text.parse::<u16>() {
+        let port = text
+            .strip_prefix("localhost:")
+            .unwrap_or(text)
+            .parse::<u16>();
+        if let Ok(port) = port {
             return Ok(Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
         }
         let addr = text
@@ -162,6 +167,7 @@ pub(crate) async fn serve(
     }
     config.allowed_hosts.extend(args.hosts.iter().cloned());
     config.allowed_origins.clone_from(&args.origins);
+    config = config.with_loopback_origins(bound);
     config.max_body = args.max_body;
     config.read_timeout = Duration::try_from_secs_f64(args.read_timeout)
         .ok()

@@ -106,6 +106,33 @@ impl HttpConfig {
     }
 }
 
+impl HttpConfig {
+    /// Also accepts this server's own origin when it listens on a loopback address: a page served
+    /// from `http://127.0.0.1:PORT` (or `http://localhost:PORT`, `http://[::1]:PORT`) talking to
+    /// the server bound at that same address and port. DNS rebinding cannot produce that Origin:
+    /// a browser sends the origin of the page, and a rebound name is not a loopback literal.
+    /// Another port, another host, or `https` to this plain-http server stays refused unless
+    /// listed.
+    #[must_use]
+    pub fn with_loopback_origins(mut self, bound: SocketAddr) -> Self {
+        if !bound.ip().is_loopback() {
+            return self;
+        }
+        let port = bound.port();
+        // `SocketAddr` displays `[::1]:PORT`, as an Origin spells an IPv6 host.
+        self.allowed_origins.push(format!("http://{bound}"));
+        let canonical = match bound.ip() {
+            std::net::IpAddr::V4(ip) => ip == std::net::Ipv4Addr::LOCALHOST,
+            std::net::IpAddr::V6(ip) => ip == std::net::Ipv6Addr::LOCALHOST,
+        };
+        if canonical {
+            self.allowed_origins
+                .push(format!("http://localhost:{port}"));
+        }
+        self
+    }
+}
+
 /// The canonical form of a resource URI (MCP authorization: lower-case scheme and host, no
 /// fragment, no trailing slash unless the path is `/`), and its parsed URL.
 ///

@@ -47,10 +47,6 @@ fn host_origin_body_cap_and_header_checks() {
             "https://app.example.test:8443",
         ),
         ("allowed origin over http", "http://app.example.test"),
-        (
-            "the server's own origin (not listed)",
-            server.url("").as_str(),
-        ),
     ] {
         let reply = with_headers(name, &[("Origin", origin)]);
         assert_eq!(reply.status, 403, "{name}: {}", reply.summary());
@@ -195,6 +191,64 @@ fn legacy(server: &HttpServer, token: Option<&str>, session: Option<&str>, body:
         headers.push(("Authorization", auth));
     }
     server.request("POST", "/mcp", &headers, body.to_string().into_bytes())
+}
+
+/// A page served from the loopback address and port the server listens on may call it (the
+/// server's own origin); every other Origin still needs `--allow-origin`. For 127.0.0.1,
+/// `localhost` and `[::1]`, with and without an allowed origin beside it.
+#[test]
+fn a_loopback_server_accepts_its_own_origin_and_no_other() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    for bind in ["127.0.0.1:0", "localhost:0", "[::1]:0"] {
+        let mut command = scratch.serve_command();
+        command.args([
+            "--http",
+            bind,
+            "--insecure-no-auth",
+            "--allow-origin",
+            ALLOWED_ORIGIN,
+        ]);
+        let server = HttpServer::spawn(command, &scratch.path("server.log"));
+        let port = server.port();
+        let other_port = port.wrapping_add(1).max(1);
+        let (ours, other_loopback) = if bind.starts_with('[') {
+            (format!("[::1]:{port}"), format!("http://127.0.0.1:{port}"))
+        } else {
+            (format!("127.0.0.1:{port}"), format!("http://[::1]:{port}"))
+        };
+        let ask = |origin: &str| {
+            let reply = server.rpc_with(
+                None,
+                "tools/list",
+                json!({}),
+                &[("Host", ours.as_str()), ("Origin", origin)],
+            );
+            eprintln!("{bind:<12} Origin {origin:<32} -> {}", reply.summary());
+            reply
+        };
+        for origin in [
+            format!("http://{ours}"),
+            format!("http://localhost:{port}"),
+            ALLOWED_ORIGIN.to_owned(),
+        ] {
+            let listed = ask(&origin).result(&origin);
+            assert!(listed["tools"].is_array(), "{bind}, {origin}: {listed}");
+        }
+        for origin in [
+            format!("http://{ours}").replace(&format!(":{port}"), &format!(":{other_port}")),
+            format!("http://localhost:{other_port}"),
+            format!("https://{ours}"),
+            format!("https://localhost:{port}"),
+            format!("http://evil.test:{port}"),
+            format!("http://127.0.0.1.evil.test:{port}"),
+            other_loopback,
+            "null".to_owned(),
+        ] {
+            let reply = ask(&origin);
+            assert_eq!(reply.status, 403, "{bind}, {origin}: {}", reply.summary());
+        }
+        server.stop();
+    }
 }
 
 #[test]
