@@ -305,6 +305,10 @@ async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response
         && let Ok(ended) = ended.to_str()
     {
         mcp.forget_session(ended);
+        // rmcp says 202 Accepted, but the session is gone by now and the answer carries nothing:
+        // 204 No Content (RFC 9110 §9.3.5), one of the two a client checks for (the Python SDK
+        // logs "Session termination failed" for anything but 200 and 204).
+        return StatusCode::NO_CONTENT.into_response();
     }
     response.map(Body::new)
 }

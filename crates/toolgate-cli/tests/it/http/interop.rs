@@ -48,6 +48,10 @@ fn run_mode(mode: &str, expected_version: &str) {
         "{what}"
     );
 
+    // The SDK ended its legacy sessions cleanly: it warns about any DELETE answer but 200 / 204.
+    let stderr = what.split("--- stderr ---").nth(1).unwrap_or_default();
+    assert!(!stderr.contains("Session termination failed"), "{what}");
+
     // What the SDK did is on the record under the tokens' subjects, and the chain holds.
     let records = scratch.records();
     let subjects: std::collections::BTreeSet<&str> = records

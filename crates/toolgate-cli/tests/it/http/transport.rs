@@ -370,10 +370,21 @@ fn legacy_sessions_work_with_a_token_and_belong_to_its_subject() {
         ],
         Vec::new(),
     );
-    assert!(
-        matches!(ended.status, 200 | 202 | 204),
-        "{}",
-        ended.summary()
+    // 204: the session is gone and there is nothing to say; afterwards it is an unknown one.
+    assert_eq!(ended.status, 204, "{}", ended.summary());
+    assert!(ended.body.is_empty(), "{}", ended.summary());
+    let after = legacy(&server, Some(&alice), Some(&session), &call);
+    let unknown = legacy(&server, Some(&alice), Some("no-such-session"), &call);
+    assert_eq!(
+        after.status,
+        404,
+        "the ended session answered: {}",
+        after.summary()
+    );
+    assert_eq!(
+        (after.status, &after.body),
+        (unknown.status, &unknown.body),
+        "an ended session is answered as an unknown one"
     );
 
     server.stop();
