@@ -561,3 +561,46 @@ fn a_session_on_sockets_or_pipes_works_and_leaves_them_blocking() {
         "stdout pipe left non-blocking"
     );
 }
+
+/// `toolgate serve` has tools and nothing else: it declares only `tools`, on `server/discover`
+/// and on `initialize`, and answers `prompts/*` and `resources/*` as unknown methods (-32601)
+/// rather than with empty lists.
+#[test]
+fn serve_declares_only_tools_and_answers_prompts_as_an_unknown_method() {
+    let scratch = Scratch::new();
+    let mut server = scratch.serve(&[]);
+    let id = server.send("server/discover", json!({}));
+    let discovered = server.answer(id).0;
+    let capabilities = &discovered["result"]["capabilities"];
+    assert!(capabilities["tools"].is_object(), "{discovered}");
+    assert!(capabilities.get("prompts").is_none(), "{discovered}");
+    assert!(capabilities.get("resources").is_none(), "{discovered}");
+    for method in [
+        "prompts/list",
+        "prompts/get",
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+    ] {
+        let id = server.send(method, json!({"name": "x", "uri": "file:///x"}));
+        let reply = server.answer(id).0;
+        assert_eq!(reply["error"]["code"], -32601, "{method}: {reply}");
+    }
+    server.close();
+
+    let mut wire = Wire::start(&scratch, &[]);
+    wire.write_line(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "stdio-tests", "version": "0"}}})
+        .to_string(),
+    );
+    let (_, init) = wire
+        .until_answer(&json!(1), Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("initialize: {e}\n{}", wire.log_text()));
+    let capabilities = &init["result"]["capabilities"];
+    assert!(capabilities["tools"].is_object(), "{init}");
+    assert!(capabilities.get("prompts").is_none(), "{init}");
+    assert!(capabilities.get("resources").is_none(), "{init}");
+    wire.close();
+}

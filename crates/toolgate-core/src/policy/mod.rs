@@ -363,6 +363,18 @@ impl Policy {
         self.prompts.iter().any(|p| p == name)
     }
 
+    /// Whether any upstream prompt may pass (`[passthrough] prompts` names one).
+    #[must_use]
+    pub fn passes_prompts(&self) -> bool {
+        !self.prompts.is_empty()
+    }
+
+    /// Whether any upstream resource may pass (`[passthrough] resources` names one).
+    #[must_use]
+    pub fn passes_resources(&self) -> bool {
+        !self.resources.is_empty()
+    }
+
     /// Whether the gateway passes the upstream resource `uri` through (`[passthrough] resources`:
     /// exact URIs, or prefixes written with a trailing `*`).
     #[must_use]

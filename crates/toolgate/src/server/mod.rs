@@ -12,10 +12,11 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestParams, GetPromptResponse,
-    ListPromptsResult, ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams,
-    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ResultType,
-    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestMethod,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsRequestMethod, ListPromptsResult,
+    ListResourcesRequestMethod, ListResourcesResult, ListToolsResult, MetaObject,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestMethod, ReadResourceRequestParams,
+    ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -169,16 +170,22 @@ impl GateServer {
 }
 
 impl ServerHandler for GateServer {
+    /// Declares exactly what is answered: `tools` always, `prompts` / `resources` only when a
+    /// toolset passes an upstream's through and the policy lets some through (MCP: a client
+    /// must not send a request for a capability the server did not declare, and a server that
+    /// answers one it did not declare misleads it into listing nothing forever).
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = if self.toolset.passthrough().is_some() {
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_prompts()
-                .enable_resources()
-                .build()
-        } else {
-            ServerCapabilities::builder().enable_tools().build()
-        };
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_prompts()
+            .enable_resources()
+            .build();
+        if !self.passes(Kind::Prompts) {
+            capabilities.prompts = None;
+        }
+        if !self.passes(Kind::Resources) {
+            capabilities.resources = None;
+        }
         if self.toolset.changes().is_some()
             && let Some(tools) = capabilities.tools.as_mut()
         {
@@ -261,8 +268,8 @@ impl ServerHandler for GateServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let Some(pass) = self.toolset.passthrough() else {
-            return Ok(ListPromptsResult::default());
+        let Some(pass) = self.passthrough(Kind::Prompts) else {
+            return Err(ErrorData::method_not_found::<ListPromptsRequestMethod>());
         };
         let policy = self.gate.policy();
         let prompts = pass.prompts().await.map_err(|e| self.unavailable(&e))?;
@@ -279,6 +286,9 @@ impl ServerHandler for GateServer {
     ) -> Result<GetPromptResponse, ErrorData> {
         let name = request.name.to_string();
         let allowed = self.gate.policy().prompt_allowed(&name);
+        if !self.passes(Kind::Prompts) {
+            return Err(ErrorData::method_not_found::<GetPromptRequestMethod>());
+        }
         let kind = ("prompts/get", "prompt", "passthrough.prompts");
         let gate = self.gate_for(&context);
         self.pass_through(&gate, kind, name, allowed, move |pass| {
@@ -293,8 +303,8 @@ impl ServerHandler for GateServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let Some(pass) = self.toolset.passthrough() else {
-            return Ok(ListResourcesResult::default());
+        let Some(pass) = self.passthrough(Kind::Resources) else {
+            return Err(ErrorData::method_not_found::<ListResourcesRequestMethod>());
         };
         let policy = self.gate.policy();
         let resources = pass.resources().await.map_err(|e| self.unavailable(&e))?;
@@ -311,6 +321,9 @@ impl ServerHandler for GateServer {
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = request.uri.clone();
         let allowed = self.gate.policy().resource_allowed(&uri);
+        if !self.passes(Kind::Resources) {
+            return Err(ErrorData::method_not_found::<ReadResourceRequestMethod>());
+        }
         let kind = ("resources/read", "resource", "passthrough.resources");
         let gate = self.gate_for(&context);
         self.pass_through(&gate, kind, uri, allowed, move |pass| {
@@ -371,7 +384,29 @@ impl GateServer {
     }
 }
 
+/// What a toolset may pass through from its upstreams besides tools.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Prompts,
+    Resources,
+}
+
 impl GateServer {
+    /// Whether `kind` is served at all: the toolset passes an upstream's through and the policy
+    /// names at least one. The one rule behind both what `get_info` declares and what is answered.
+    fn passes(&self, kind: Kind) -> bool {
+        self.passthrough(kind).is_some()
+    }
+
+    fn passthrough(&self, kind: Kind) -> Option<&dyn Passthrough> {
+        let policy = self.gate.policy();
+        let named = match kind {
+            Kind::Prompts => policy.passes_prompts(),
+            Kind::Resources => policy.passes_resources(),
+        };
+        self.toolset.passthrough().filter(|_| named)
+    }
+
     /// One pass-through request (`method` for `name`, a `what` the policy's `rule` names):
     /// refused as not found unless the policy allows it, fetched from the upstream otherwise,
     /// audited either way like a call without arguments, with the upstream named.

@@ -128,3 +128,48 @@ fn mcp_server_time_serves_clients_of_both_eras() {
         bench.assert_audit_verifies();
     }
 }
+
+/// In both eras the gateway declares `prompts` and `resources` exactly when the policy passes
+/// some through (`tools` always), and what it does not declare it answers as an unknown method
+/// (-32601), not with an empty list a client would take for "none right now".
+#[test]
+fn prompts_and_resources_are_declared_exactly_when_the_policy_passes_some() {
+    let cases = [
+        ("", false, false),
+        ("[passthrough]\nprompts = [\"greeting\"]\n", true, false),
+        ("[passthrough]\nresources = [\"file:///*\"]\n", false, true),
+    ];
+    for (passthrough, prompts, resources) in cases {
+        let bench = Bench::with_policy_text(
+            "testbed.toml",
+            &format!("{}\n{passthrough}", super::gateway_policy("testbed.toml")),
+        );
+        let up = bench.mkdir("up");
+        for era in [Era::Modern, Era::Legacy("2025-11-25")] {
+            let mut proxy = bench.proxy("tb", &testbed(&up, "modern"), era);
+            let capabilities = if era == Era::Modern {
+                let id = proxy.request("server/discover", json!({}));
+                proxy.answer(id).0["result"]["capabilities"].clone()
+            } else {
+                proxy.init["result"]["capabilities"].clone()
+            };
+            let what = format!("{passthrough:?}, {era:?}: {capabilities}");
+            assert!(capabilities["tools"].is_object(), "{what}");
+            assert_eq!(capabilities["prompts"].is_object(), prompts, "{what}");
+            assert_eq!(capabilities["resources"].is_object(), resources, "{what}");
+            for (method, params, declared) in [
+                ("prompts/list", json!({}), prompts),
+                ("prompts/get", json!({"name": "greeting"}), prompts),
+                ("resources/list", json!({}), resources),
+                ("resources/templates/list", json!({}), resources),
+                ("resources/read", json!({"uri": "file:///x"}), resources),
+            ] {
+                let id = proxy.request(method, params);
+                let reply = proxy.answer(id).0;
+                let unknown = super::error_code(&reply) == Some(-32601);
+                assert_eq!(unknown, !declared, "{what}: {method}: {reply}");
+            }
+            proxy.close();
+        }
+    }
+}
