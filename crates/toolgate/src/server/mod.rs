@@ -245,15 +245,23 @@ impl ServerHandler for GateServer {
             .map(|_| SubscriptionFilter::builder().tools_list_changed().build())
     }
 
+    /// Runs until the client ends the stream or the server stops taking calls: a listen stream
+    /// is not a call in flight, so it must not hold the end of a session up (a stdio session
+    /// whose stdin closed would otherwise wait for rmcp's drain to give up on it).
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let shutdown = self.shutdown.clone();
         let Some(mut changes) = self.toolset.changes() else {
-            context.cancelled().await;
+            tokio::select! {
+                () = context.cancelled() => {}
+                () = shutdown.cancelled() => {}
+            }
             return Ok(());
         };
         let sink = context.sink().clone();
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
+                () = shutdown.cancelled() => return Ok(()),
                 changed = changes.changed() => {
                     if changed.is_err() || sink.notify_tool_list_changed().await.is_err() {
                         return Ok(());

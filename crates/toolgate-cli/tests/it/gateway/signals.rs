@@ -55,3 +55,40 @@ fn sigterm_lets_a_running_upstream_call_finish_and_answers_a_held_one_then_exits
     );
     bench.assert_audit_verifies();
 }
+
+/// A 2026-07-28 client's `subscriptions/listen` stream is not a call in flight: when stdin closes
+/// with only that stream open, the gateway ends it and exits at once, not after `--grace`; a call
+/// still running gets its grace as before (the test above).
+#[test]
+fn stdin_closed_with_only_a_listen_stream_open_exits_at_once() {
+    let bench = Bench::new("testbed.toml");
+    let up = bench.mkdir("up");
+    let flags = ["--name", "tb", "--grace", "10"].map(str::to_owned);
+    let command = bench.proxy_command(&flags, &testbed(&up, "both"));
+    let mut proxy = Proxy::start(command, Era::Modern, &bench.log_path());
+    assert_ran(&proxy.call("echo", json!({"text": "ready"})), "echo ready");
+
+    proxy.request(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let message = proxy
+            .next_before(deadline)
+            .unwrap_or_else(|| panic!("no acknowledgement\n{}", proxy.log_tail()));
+        if message["method"] == "notifications/subscriptions/acknowledged" {
+            break;
+        }
+    }
+    let closed = Instant::now();
+    drop(proxy.stdin.take());
+    let status = wait_for(&mut proxy.child, Duration::from_secs(15));
+    assert!(status.success(), "exit {status}\n{}", proxy.log_tail());
+    assert!(
+        closed.elapsed() < Duration::from_secs(2),
+        "exited {:?} after stdin closed (grace 10 s)",
+        closed.elapsed()
+    );
+    bench.assert_audit_verifies();
+}
