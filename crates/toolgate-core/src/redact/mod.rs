@@ -5,11 +5,20 @@
 //! It owns two kinds of knowledge: the exact values of registered secrets (read by the CLI from the
 //! files the configuration names) and the shapes of common credentials (`api_key=…`, `Bearer …`,
 //! JWTs, PEM private keys, GitHub, Slack, AWS and Stripe keys, passwords in URLs, long random
-//! strings). It must not read files or the environment, must not decide anything about a call
-//! (redaction changes what is printed, never what runs), and must not touch the SHA-256 digests
-//! toolgate prints on purpose: a hex run of exactly 40 or 64 characters is a digest, not a secret.
-//! Like any pattern matcher it can miss a secret of an unusual shape and hide a harmless string that
-//! looks like a token; registering the real values is what makes it exact.
+//! strings). It must not read files or the environment, and must not decide anything about a call
+//! (redaction changes what is printed, never what runs). Like any pattern matcher it can miss a
+//! secret of an unusual shape and hide a harmless string that looks like a token; registering the
+//! real values is what makes it exact.
+//!
+//! What is and is not redacted: text a person or model reads (log lines, error messages, text
+//! content, JSON strings and object keys) is; binary content is the caller's to skip (an
+//! image's base64 is not text, and one changed character breaks it). In JSON no type ever
+//! changes: a secret inside a string is replaced inside it, numbers, booleans and nulls stay, and
+//! under a sensitive key every string becomes [`REDACTED`]. A secret in an object key is redacted
+//! like other text; a key that then equals one already present is dropped, keeping the first. The
+//! random-string rule is the only guess, so it stays off what is ordinary: runs of hex digits
+//! (digests, ids), UUIDs, names of plain pieces (`req-journal-fdatasync-EIO-10-000`), base64 that
+//! starts with a file signature, and the strings the caller sent in the call ([`Echoes`]).
 //!
 //! Design decision: one [`RegexSet`] pass over the text answers "could anything match?"; only when
 //! it could is each matching shape run on its own, and the spans they report are merged and replaced
@@ -51,15 +60,28 @@ const MIN_RANDOM_LEN: usize = 32;
 /// average 4.56 bits and stay above 4.0 in well over 99.9% of draws.
 const MIN_BASE64_ENTROPY: f64 = 4.0;
 
-/// Bits per character a hex run needs (16 symbols, at most 4 bits). 32 random hex characters
-/// average 3.6 bits and stay above 3.0 in over 99.99% of draws; repeated patterns
-/// (`deadbeefdeadbeef…`) fall below it.
-const MIN_HEX_ENTROPY: f64 = 3.0;
+/// Base64 of the first bytes of common binary formats: PNG, JPEG, GIF87a/89a, RIFF (WebP, WAV),
+/// PDF, ID3 (MP3), Ogg, FLAC, ZIP and gzip. A run that starts like this is a file someone put in
+/// text (a `data:` URI, an image in structured content), not a credential; no credential format
+/// starts with a file signature.
+const BINARY_PREFIXES: [&str; 11] = [
+    "iVBORw0KGgo",
+    "/9j/",
+    "R0lGODdh",
+    "R0lGODlh",
+    "UklGR",
+    "JVBERi0",
+    "SUQz",
+    "T2dnUw",
+    "ZkxhQw",
+    "UEsDBA",
+    "H4sI",
+];
 
-/// Hex lengths that are digests: SHA-1 (git commits) and SHA-256 (the audit chain, argument
-/// digests, policy hashes). toolgate prints these on purpose, so a random hex secret of exactly
-/// these lengths must be registered to be caught.
-const DIGEST_HEX_LENS: [usize; 2] = [40, 64];
+/// A string the caller sent must be at least this long for a returned run to be judged without
+/// it. Shorter ones would let a caller switch the rule off by sending single characters; one this
+/// long it could only send if it already knew that part of the value.
+const MIN_ECHO_LEN: usize = 16;
 
 /// A base64-ish run in which at least this share of the characters (numerator, denominator) sits in
 /// word-shaped pieces (`[A-Z]?[a-z]{3,}`) is a path or an identifier, not a secret. Random base64
@@ -147,13 +169,13 @@ impl Shape {
     }
 
     /// Appends the byte ranges to replace in `text`, found by this shape's compiled `re`.
-    fn collect(self, re: &Regex, text: &str, out: &mut Vec<Range<usize>>) {
+    fn collect(self, re: &Regex, text: &str, echoes: &Echoes<'_>, out: &mut Vec<Range<usize>>) {
         // Captures cost more than a plain search; only the shapes that keep part of the match use
         // them. The entropy candidate matters most: every line with a digest in it runs it.
         match self {
             Self::HighEntropy => {
                 for m in re.find_iter(text) {
-                    if looks_random(m.as_str()) {
+                    if looks_random(m.as_str()) && !echoes.covers(m.as_str()) {
                         push(out, text, m.range());
                     }
                 }
@@ -235,19 +257,20 @@ fn push(out: &mut Vec<Range<usize>>, text: &str, range: Range<usize>) {
     }
 }
 
-/// Whether a base64/hex candidate run is random enough to be a secret (see the thresholds above).
+/// Whether a base64 candidate run is random enough to be a secret (see the thresholds above).
+///
+/// Runs of hex digits alone are never judged random: they are digests (MD5, SHA-1, SHA-256,
+/// SHA-512), object ids and trace ids far more often than keys, and a hex key is caught by name
+/// (`api_key=…`, a sensitive JSON key) or by registering it.
 fn looks_random(candidate: &str) -> bool {
     let body = candidate.trim_end_matches('=').as_bytes();
-    if body.len() < MIN_RANDOM_LEN {
+    if body.len() < MIN_RANDOM_LEN || body.iter().all(u8::is_ascii_hexdigit) {
+        return false;
+    }
+    if BINARY_PREFIXES.iter().any(|p| candidate.starts_with(p)) {
         return false;
     }
     let has = |f: fn(&u8) -> bool| body.iter().any(f);
-    if body.iter().all(u8::is_ascii_hexdigit) {
-        return !DIGEST_HEX_LENS.contains(&body.len())
-            && has(u8::is_ascii_digit)
-            && has(u8::is_ascii_alphabetic)
-            && entropy(body) >= MIN_HEX_ENTROPY;
-    }
     // Requiring all three classes gives up lowercase-and-digit runs: paths, crate directories and
     // kebab-case names look exactly like that, and random base64 lacks one of the three in only
     // about 0.4% of 32-character draws. UUIDs fail here too (one case only), as they should.
@@ -256,6 +279,37 @@ fn looks_random(candidate: &str) -> bool {
         && has(u8::is_ascii_lowercase)
         && entropy(body) >= MIN_BASE64_ENTROPY
         && word_share_below(body, WORD_SHARE)
+        && !is_identifier(body)
+}
+
+/// Whether `body` is a name built of plain pieces joined by `-`, `_` or `/`
+/// (`req-journal-fdatasync-EIO-10-000`, `build_2026_x86_64-Linux`): every piece holds at most two
+/// of lowercase, uppercase and digits, and a piece with both cases is made of words.
+///
+/// A random base64url token of 32 characters is cut by a separator into pieces of about 16, and
+/// a random piece that long lacks one of the three classes in about 6% of draws, so all of its
+/// pieces do in well under 1%; a token without a separator is never judged here.
+fn is_identifier(body: &[u8]) -> bool {
+    let mut pieces = body
+        .split(|b| matches!(b, b'-' | b'_' | b'/'))
+        .filter(|p| !p.is_empty())
+        .peekable();
+    let first = pieces.next();
+    if pieces.peek().is_none() {
+        return false;
+    }
+    first.into_iter().chain(pieces).all(|piece| {
+        let has = |f: fn(&u8) -> bool| piece.iter().any(f);
+        match (
+            has(u8::is_ascii_lowercase),
+            has(u8::is_ascii_uppercase),
+            has(u8::is_ascii_digit),
+        ) {
+            (true, true, true) => false,
+            (true, true, false) => !word_share_below(piece, WORD_SHARE),
+            _ => true,
+        }
+    })
 }
 
 /// Shannon entropy of `bytes` in bits per byte.
@@ -442,6 +496,14 @@ impl Redactor {
     /// still knows what was there.
     #[must_use]
     pub fn redact<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        self.redact_echoing(text, &Echoes::NONE)
+    }
+
+    /// As [`Redactor::redact`], except that the random-string rule leaves alone what the caller
+    /// sent itself (see [`Echoes`]). Registered secrets and credential shapes are redacted all
+    /// the same: sending a secret does not make it the caller's to read back.
+    #[must_use]
+    pub fn redact_echoing<'a>(&self, text: &'a str, echoes: &Echoes<'_>) -> Cow<'a, str> {
         let each = matches!(self.registered, Registered::Each(_));
         if !each && !self.prefilter.is_match(text) {
             return Cow::Borrowed(text);
@@ -455,33 +517,49 @@ impl Redactor {
             .zip(0..)
             .filter(|&(_, i)| hits.matched(i))
         {
-            shape.collect(re, text, &mut spans);
+            shape.collect(re, text, echoes, &mut spans);
         }
         splice(text, spans)
     }
 
-    /// `value` with every string redacted as by [`Redactor::redact`], and the whole value of every
-    /// object key whose name looks sensitive (see [`is_sensitive_key`]) replaced by [`REDACTED`].
-    /// Object keys themselves are kept: they say what was there.
+    /// `value` with every string in it, object keys included, redacted as by
+    /// [`Redactor::redact`], and every string under an object key whose name looks sensitive (see
+    /// [`is_sensitive_key`]) replaced whole by [`REDACTED`] (see [`blank_strings`]).
+    ///
+    /// Types never change: a secret inside a string is replaced inside that string, and numbers,
+    /// booleans and nulls stay what they were, even under a sensitive key. A key whose text holds a
+    /// secret is redacted like any other text a reader sees; if that makes it equal to a key
+    /// already in the object, the first in the map's order is kept.
     #[must_use]
     pub fn redact_value(&self, value: &Value) -> Value {
+        self.redact_value_echoing(value, &Echoes::NONE)
+    }
+
+    /// As [`Redactor::redact_value`], with the caller's own strings treated as in
+    /// [`Redactor::redact_echoing`].
+    #[must_use]
+    pub fn redact_value_echoing(&self, value: &Value, echoes: &Echoes<'_>) -> Value {
         match value {
-            Value::String(s) => Value::String(self.redact(s).into_owned()),
-            Value::Array(items) => {
-                Value::Array(items.iter().map(|v| self.redact_value(v)).collect())
-            }
-            Value::Object(map) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| {
-                        let v = if is_sensitive_key(k) {
-                            Value::String(REDACTED.to_owned())
-                        } else {
-                            self.redact_value(v)
-                        };
-                        (k.clone(), v)
-                    })
+            Value::String(s) => Value::String(self.redact_echoing(s, echoes).into_owned()),
+            Value::Array(items) => Value::Array(
+                items
+                    .iter()
+                    .map(|v| self.redact_value_echoing(v, echoes))
                     .collect(),
             ),
+            Value::Object(map) => {
+                let mut out = serde_json::Map::new();
+                for (key, v) in map {
+                    let v = if is_sensitive_key(key) {
+                        blank_strings(v)
+                    } else {
+                        self.redact_value_echoing(v, echoes)
+                    };
+                    out.entry(self.redact_echoing(key, echoes).into_owned())
+                        .or_insert(v);
+                }
+                Value::Object(out)
+            }
             Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
         }
     }
@@ -558,6 +636,97 @@ fn next_char(text: &str, i: usize) -> usize {
         .chars()
         .next()
         .map_or(text.len(), |c| i + c.len_utf8())
+}
+
+/// `value` with every string in it replaced by [`REDACTED`] and everything else kept: what sits
+/// under a key that names a credential. A number there (a PIN, a numeric token) stays a number,
+/// because a client that validates the result's schema must still be able to read it; a
+/// credential worth protecting is a string, and registering it catches it anywhere.
+#[must_use]
+pub fn blank_strings(value: &Value) -> Value {
+    match value {
+        Value::String(_) => Value::String(REDACTED.to_owned()),
+        Value::Array(items) => Value::Array(items.iter().map(blank_strings).collect()),
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), blank_strings(v)))
+                .collect(),
+        ),
+        Value::Null | Value::Bool(_) | Value::Number(_) => value.clone(),
+    }
+}
+
+/// The strings a caller sent in one call's arguments, which the random-string rule does not
+/// flag when the tool's answer repeats them: a `request_id` the caller made up, a content hash
+/// it computed, a note it wrote. Without this a client told to verify by its id before retrying
+/// would get the id back as [`REDACTED`].
+///
+/// A random-looking run in the answer is left alone when it lies inside one of these strings, or
+/// when what remains of it around them (`notes/<id>.md`) does not look random on its own. Only
+/// strings of at least 16 characters count. `Debug` prints how many there are, never them.
+#[derive(Clone, Default)]
+pub struct Echoes<'a> {
+    values: Vec<&'a str>,
+}
+
+impl fmt::Debug for Echoes<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Echoes")
+            .field("count", &self.values.len())
+            .finish()
+    }
+}
+
+impl<'a> Echoes<'a> {
+    /// No echoes: every random-looking run is judged on its own.
+    pub const NONE: Echoes<'static> = Echoes { values: Vec::new() };
+
+    /// The string values (not the keys) anywhere in `arguments`.
+    #[must_use]
+    pub fn of(arguments: &'a Value) -> Self {
+        fn walk<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+            match value {
+                Value::String(s) if s.len() >= MIN_ECHO_LEN => out.push(s),
+                Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
+                Value::Object(map) => map.values().for_each(|v| walk(v, out)),
+                _ => {}
+            }
+        }
+        let mut values = Vec::new();
+        walk(arguments, &mut values);
+        Self { values }
+    }
+
+    /// Whether the random-looking `candidate` is the caller's own (see the type's docs).
+    fn covers(&self, candidate: &str) -> bool {
+        if self.values.is_empty() {
+            return false;
+        }
+        if self.values.iter().any(|v| v.contains(candidate)) {
+            return true;
+        }
+        let mut sent: Vec<Range<usize>> = self
+            .values
+            .iter()
+            .flat_map(|v| candidate.match_indices(v).map(|(i, m)| i..i + m.len()))
+            .collect();
+        if sent.is_empty() {
+            return false;
+        }
+        sent.sort_unstable_by_key(|r| r.start);
+        let mut rest = 0;
+        let mut random = false;
+        for r in sent
+            .iter()
+            .chain(std::iter::once(&(candidate.len()..candidate.len())))
+        {
+            if r.start > rest {
+                random |= looks_random(&candidate[rest..r.start]);
+            }
+            rest = rest.max(r.end);
+        }
+        !random
+    }
 }
 
 /// Whether a JSON object key names a credential: after lower-casing and dropping `-`, `_`, `.` and

@@ -191,11 +191,13 @@ const REDACTED_CASES: &[(&str, &str)] = &[
         "id [REDACTED].",
     ),
     ("Q29ycmVjdEhvcnNlQmF0dGVyeVN0YXBsZTIwMjQh==", "[REDACTED]"),
+    // A random hex key is caught by its name, not by its entropy.
     (
-        "hex 9c4f1e7a2b8d3f6058e1c2a94b7d0e3f5a6c8b1d2e4f7a90",
-        "hex [REDACTED]",
+        "api_key=9c4f1e7a2b8d3f6058e1c2a94b7d0e3f",
+        "api_key=[REDACTED]",
     ),
-    ("3f9a1c7e5b2d8046a1e9c3b7d5f20864", "[REDACTED]"),
+    // Base64url with separators, pieces mixing all three classes.
+    ("sess Zx9-Lq2Wm8Rt4Yp6Kd_3Nf7Hj1Vb5Cs0Ge", "sess [REDACTED]"),
     // Several secrets in one line.
     (
         concat!(
@@ -232,6 +234,13 @@ const CLEAN_CASES: &[&str] = &[
     "commit a9993e364706816aba3e25717850c26c9cd0d89d",
     "toolgate-audit-ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad.jsonl",
     "deadbeefdeadbeefdeadbeefdeadbeefdeadbeef00",
+    // Other hex digests and ids: MD5, 48 digits, SHA-512.
+    "3f9a1c7e5b2d8046a1e9c3b7d5f20864",
+    "hex 9c4f1e7a2b8d3f6058e1c2a94b7d0e3f5a6c8b1d2e4f7a90",
+    "cf83e1357eefb8bdf1542850d66d8007d620e4050b5715dc83f4a921d36ce9ce47d0d13c5d85f2b0ff8318d2877eec2f63b931bd47417a81a538327af927da3e",
+    // Request ids made of plain pieces.
+    "request_id=req-journal-fdatasync-EIO-10-000",
+    "req-journal-fdatasync-EIO-10-000",
     // UUIDs.
     "request 550e8400-e29b-41d4-a716-446655440000 done",
     "550E8400-E29B-41D4-A716-446655440000",
@@ -500,7 +509,7 @@ fn secret_is_read_from_configuration() {
 }
 
 #[test]
-fn json_values_are_redacted_with_keys_kept() {
+fn json_values_are_redacted_without_changing_a_type() {
     let r = redactor();
     let input = json!({
         "user": "alice",
@@ -513,29 +522,31 @@ fn json_values_are_redacted_with_keys_kept() {
             "list": ["ok", "api_key=zzz123", 7, true, null],
         },
         "clientSecret": 42,
+        "refresh_token": {"value": "r-1", "expires_in": 3600, "rotating": true},
         "x-api-key": null,
         "Private-Key": ["a", "b"],
         "db_credentials": "admin",
         "Authorization": "Basic dXNlcjpwYXNz",
-        "AKIAIOSFODNN7EXAMPLE": "key names are kept even when they look like secrets",
+        "key AKIAIOSFODNN7EXAMPLE": "a key is text: a secret in it is redacted",
         "digest": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
     });
     let expected = json!({
         "user": "alice",
         "password": "[REDACTED]",
         "nested": {
-            "GITHUB_TOKEN": "[REDACTED]",
+            "GITHUB_TOKEN": {"value": "[REDACTED]", "n": 1},
             "note": "Bearer [REDACTED]",
             "max_tokens": 4096,
             "token_count": 3,
             "list": ["ok", "api_key=[REDACTED]", 7, true, null],
         },
-        "clientSecret": "[REDACTED]",
-        "x-api-key": "[REDACTED]",
-        "Private-Key": "[REDACTED]",
+        "clientSecret": 42,
+        "refresh_token": {"value": "[REDACTED]", "expires_in": 3600, "rotating": true},
+        "x-api-key": null,
+        "Private-Key": ["[REDACTED]", "[REDACTED]"],
         "db_credentials": "[REDACTED]",
         "Authorization": "[REDACTED]",
-        "AKIAIOSFODNN7EXAMPLE": "key names are kept even when they look like secrets",
+        "key [REDACTED]": "a key is text: a secret in it is redacted",
         "digest": "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
     });
     assert_eq!(r.redact_value(&input), expected);
@@ -596,8 +607,6 @@ fn sensitive_key_names() {
 fn entropy_thresholds_separate_random_from_structured() {
     // Random 32-character base64 and hex sit above their thresholds; words and repeats below.
     assert!(entropy(b"q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1u") > MIN_BASE64_ENTROPY);
-    assert!(entropy(b"3f9a1c7e5b2d8046a1e9c3b7d5f20864") >= MIN_HEX_ENTROPY);
-    assert!(entropy(b"deadbeefdeadbeefdeadbeefdeadbeef") < MIN_HEX_ENTROPY);
     assert!(entropy(b"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") < 0.001);
     assert!(!word_share_below(
         b"AbstractSingletonProxyFactoryBean2",
@@ -607,10 +616,263 @@ fn entropy_thresholds_separate_random_from_structured() {
         b"wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
         WORD_SHARE
     ));
-    // Digest lengths are exempt even when random; one character more is not.
+    // Hex of any length is never judged by entropy.
     let digest = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad";
-    assert!(!looks_random(digest));
-    assert!(!looks_random(&digest[..40]));
-    assert!(looks_random(&digest[..41]));
-    assert!(looks_random(&format!("{digest}a")));
+    for len in [32, 40, 41, 48, 56, 64] {
+        assert!(!looks_random(&digest[..len]), "{len}");
+    }
+    assert!(!looks_random(&format!("{digest}{digest}")));
+    // Plain pieces are an identifier; one random piece is not.
+    assert!(is_identifier(b"req-journal-fdatasync-EIO-10-000"));
+    assert!(is_identifier(b"build_2026_x86_64-Linux"));
+    assert!(!is_identifier(b"req-q8Zt3vXn0LwPj7Ka2RmYc"));
+    assert!(!is_identifier(b"q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1u"));
+}
+
+#[test]
+fn the_callers_own_ids_come_back_and_known_secrets_do_not() {
+    let r = registered();
+    let id = "q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1u";
+    let aws = "AKIAIOSFODNN7EXAMPLE";
+    let args = json!({"request_id": id, "note": format!("key {aws}"), "n": 3});
+    let echoes = Echoes::of(&args);
+    let text = format!("saved {id} at notes/{id}.md ({aws})");
+    // Without the arguments the id looks random; with them it is the caller's.
+    assert_eq!(
+        r.redact(&text),
+        "saved [REDACTED] at [REDACTED].md ([REDACTED])"
+    );
+    assert_eq!(
+        r.redact_echoing(&text, &echoes),
+        format!("saved {id} at notes/{id}.md ([REDACTED])")
+    );
+    // A random run the caller did not send is still judged, even next to one it did.
+    let other = "Zx9Lq2Wm8Rt4Yp6Kd3Nf7Hj1Vb5Cs0GeTu";
+    assert_eq!(
+        r.redact_echoing(&format!("{id}/{other}"), &echoes),
+        "[REDACTED]"
+    );
+    // Registered secrets and credential shapes are redacted even when the caller sent them.
+    let args = json!({
+        "a": "my hunter2secret please",
+        "b": concat!("gh", "p_", "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"),
+    });
+    let echoes = Echoes::of(&args);
+    let text = format!(
+        "{} {}",
+        args["a"].as_str().unwrap(),
+        args["b"].as_str().unwrap()
+    );
+    assert_eq!(
+        r.redact_echoing(&text, &echoes),
+        "my [REDACTED] please [REDACTED]"
+    );
+    // Short strings do not count: single characters cannot switch the rule off.
+    let letters: Vec<String> = id.chars().map(String::from).collect();
+    let args = json!(letters);
+    assert_eq!(r.redact_echoing(id, &Echoes::of(&args)), "[REDACTED]");
+    // The arguments never print.
+    assert_eq!(format!("{echoes:?}"), "Echoes { count: 2 }");
+}
+
+/// Deterministic bytes for the corpora: SHA-256 of a label and a counter.
+fn bytes(label: &str, i: usize) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(format!("{label}-{i}")).into()
+}
+
+fn base64(data: &[u8], alphabet: &[u8; 64], pad: bool) -> String {
+    let mut out = String::new();
+    for chunk in data.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0_u32, |n, (i, &b)| n | u32::from(b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(char::from(alphabet[(n >> (18 - 6 * i) & 63) as usize]));
+        }
+        if pad {
+            out.push_str(&"=="[..3 - chunk.len()]);
+        }
+    }
+    out
+}
+
+const STD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const URL: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+const ALNUM: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+
+/// `len` characters drawn from `alphabet`.
+fn draw(label: &str, i: usize, alphabet: &[u8], len: usize) -> String {
+    (0..len)
+        .map(|j| {
+            let b = bytes(label, i * 1000 + j / 32)[j % 32];
+            char::from(alphabet[usize::from(b) % alphabet.len()])
+        })
+        .collect()
+}
+
+/// A small valid-looking PNG: signature, IHDR, an IDAT of `size` pseudo-random bytes, IEND.
+fn png(i: usize, size: usize) -> Vec<u8> {
+    let mut out = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x10\0\0\0\x10\x08\x06\0\0\0".to_vec();
+    out.extend_from_slice(&bytes("crc", i)[..4]);
+    out.extend_from_slice(&u32::try_from(size).unwrap().to_be_bytes());
+    out.extend_from_slice(b"IDAT");
+    for k in 0..size.div_ceil(32) {
+        out.extend_from_slice(&bytes(&format!("png{i}"), k));
+    }
+    out.truncate(8 + 25 + 8 + size);
+    out.extend_from_slice(b"\0\0\0\0IEND\xaeB`\x82");
+    out
+}
+
+/// Ordinary identifiers a tool returns and a caller must be able to read back.
+fn harmless_corpus() -> Vec<String> {
+    let words = [
+        "journal",
+        "fdatasync",
+        "ledger",
+        "write",
+        "note",
+        "retry",
+        "commit",
+        "upload",
+        "index",
+    ];
+    let errors = ["EIO", "ENOSPC", "EAGAIN", "ETIMEDOUT", "OK"];
+    let mut corpus = Vec::new();
+    for i in 0..200 {
+        let hex = hex::encode(bytes("hex", i));
+        let big = format!("{hex}{}", hex::encode(bytes("hex2", i)));
+        // Hex digests and ids of every common length, both cases.
+        for len in [8, 12, 16, 24, 32, 40, 48, 56, 64, 96, 128] {
+            corpus.push(big[..len].to_owned());
+        }
+        corpus.push(big[..32].to_uppercase());
+        // UUIDs, lower and upper case.
+        let uuid = format!(
+            "{}-{}-4{}-a{}-{}",
+            &hex[..8],
+            &hex[8..12],
+            &hex[13..16],
+            &hex[17..20],
+            &hex[20..32]
+        );
+        corpus.push(uuid.to_uppercase());
+        corpus.push(uuid);
+        // Request ids made of plain pieces, like the kit's.
+        let (w1, w2, e) = (words[i % 9], words[(i / 9) % 9], errors[i % 5]);
+        corpus.push(format!("req-{w1}-{w2}-{e}-{}-{:03}", i % 20, i));
+        corpus.push(format!("{w1}_{w2}_{e}_{i:06}_attempt_{}", i % 7));
+        corpus.push(format!("{}-{w1}-{}", &hex[..12], &hex[12..24]));
+        // Paths and versions.
+        corpus.push(format!(
+            "/var/lib/toolgate/{w1}/2026-05-{:02}/{e}-{i}.jsonl",
+            i % 28 + 1
+        ));
+        corpus.push(format!(
+            "/Users/Alice/Projects/Toolgate{}/crates/{w1}/src/{w2}.rs",
+            i % 4
+        ));
+        corpus.push(format!(
+            "v{}.{}.{}-rc.{}+build.{}",
+            i % 3,
+            i % 11,
+            i,
+            i % 5,
+            hex
+        ));
+        // Images as base64, alone and as data URIs.
+        let image = base64(&png(i, 40 + i * 3), STD, true);
+        corpus.push(format!("data:image/png;base64,{image}"));
+        corpus.push(image);
+    }
+    corpus
+}
+
+/// Fake secrets of real shapes, each of which must be redacted.
+fn secret_corpus() -> Vec<String> {
+    let mut corpus = Vec::new();
+    for i in 0..100 {
+        let alnum = |n| draw("alnum", i, ALNUM, n);
+        corpus.push(format!(
+            "AKIA{}",
+            draw("aws", i, b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", 16)
+        ));
+        corpus.push(format!(
+            "aws_secret_access_key = {}",
+            draw("awss", i, STD, 40)
+        ));
+        corpus.push(format!("{}{}", concat!("gh", "p_"), alnum(36)));
+        corpus.push(format!("github_pat_{}_{}", alnum(22), alnum(59)));
+        corpus.push(format!(
+            "{}{}-{}-{}",
+            concat!("xox", "b-"),
+            i,
+            alnum(12),
+            alnum(24)
+        ));
+        corpus.push(format!("{}{}", concat!("s", "k_live_"), alnum(24)));
+        corpus.push(format!("{}{}", concat!("wh", "sec_"), alnum(32)));
+        let header = base64(br#"{"alg":"HS256","typ":"JWT"}"#, URL, false);
+        let claims = base64(
+            format!(r#"{{"sub":"user{i}","iat":1700000000}}"#).as_bytes(),
+            URL,
+            false,
+        );
+        let sig = base64(&bytes("jwt", i), URL, false);
+        corpus.push(format!("{header}.{claims}.{sig}"));
+        corpus.push(format!(
+            "Authorization: Bearer {}",
+            base64(&bytes("bearer", i), URL, false)
+        ));
+        corpus.push(format!("token={}", alnum(20)));
+        corpus.push(format!("postgres://app:{}@db:5432/app", alnum(16)));
+        corpus.push(format!(
+            "-----BEGIN PRIVATE KEY-----\n{}\n-----END PRIVATE KEY-----",
+            base64(&bytes("pem", i), STD, true)
+        ));
+        // Unknown shapes: long random base64, with no known prefix and no name around it.
+        corpus.push(base64(
+            &[bytes("rand", i), bytes("rand2", i)].concat()[..30],
+            STD,
+            true,
+        ));
+    }
+    corpus
+}
+
+#[test]
+fn no_false_positives_on_ids_hashes_uuids_paths_versions_and_images() {
+    let r = redactor();
+    let corpus = harmless_corpus();
+    assert!(corpus.len() >= 3000, "{}", corpus.len());
+    let flagged: Vec<&String> = corpus
+        .iter()
+        .filter(|s| matches!(r.redact(s), Cow::Owned(_)))
+        .collect();
+    assert!(
+        flagged.is_empty(),
+        "false positives: {} of {}: {:?}",
+        flagged.len(),
+        corpus.len(),
+        &flagged[..flagged.len().min(10)]
+    );
+}
+
+#[test]
+fn every_secret_of_a_known_shape_is_caught() {
+    let r = redactor();
+    let corpus = secret_corpus();
+    let missed: Vec<&String> = corpus
+        .iter()
+        .filter(|s| !r.redact(s).contains(REDACTED))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "missed: {} of {}: {:?}",
+        missed.len(),
+        corpus.len(),
+        &missed[..missed.len().min(10)]
+    );
 }

@@ -27,7 +27,7 @@ use regex::Regex;
 use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
-use crate::redact::{REDACTED, Redactor, is_sensitive_key};
+use crate::redact::{Redactor, blank_strings, is_sensitive_key};
 
 /// Default cap on sanitised text, in characters.
 pub const DEFAULT_MAX_CHARS: usize = 16_384;
@@ -124,10 +124,11 @@ pub fn envelope(source: &str, body: &str) -> String {
 /// `value` with every string in it, object keys included, cleaned as by [`clean_text`] (the cap
 /// applies to each string on its own), for a result's `structuredContent`.
 ///
-/// As in [`Redactor::redact_value`], the whole value of a key that names a credential (see
-/// [`is_sensitive_key`], judged on the cleaned key) becomes [`REDACTED`]: the same object as text
-/// would have its `"password": "…"` redacted, so the structured copy must not be the way round
-/// it. When two keys clean to the same string, the first in the map's order is kept.
+/// As in [`Redactor::redact_value`], every string under a key that names a credential (see
+/// [`is_sensitive_key`], judged on the cleaned key) becomes [`crate::redact::REDACTED`] while
+/// numbers, booleans and nulls keep their type: the same object as text would have its
+/// `"password": "…"` redacted, so the structured copy must not be the way round it. When two keys
+/// clean to the same string, the first in the map's order is kept.
 #[must_use]
 pub fn clean_value(
     value: &Value,
@@ -151,8 +152,9 @@ pub fn clean_value(
                     continue;
                 };
                 let v = if is_sensitive_key(slot.key()) {
-                    report.redacted |= v.as_str() != Some(REDACTED);
-                    Value::String(REDACTED.to_owned())
+                    let blank = blank_strings(v);
+                    report.redacted |= blank != *v;
+                    blank
                 } else {
                     clean_value(v, redactor, max_chars, report)
                 };

@@ -1,5 +1,7 @@
 use serde_json::json;
 
+use crate::redact::REDACTED;
+
 use super::*;
 
 /// Hostile input → what the model may see, and how many characters were stripped.
