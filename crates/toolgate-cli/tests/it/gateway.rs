@@ -9,6 +9,7 @@
 //!
 //! Nothing here skips: a missing peer or testbed binary fails the test and says how to get it.
 
+mod binary;
 mod corridor;
 mod eras;
 mod filesystem;

@@ -3,11 +3,17 @@
 //!
 //! Only the tool's own results are touched: the gate's answers are its own words, redacted where
 //! they quote anything. A result that cannot be cleaned is withheld, never sent raw.
-
-use std::borrow::Cow;
+//!
+//! Binary content is never altered: an `image` or `audio` block's `data` and an embedded
+//! resource's `blob` are base64 a client decodes, and replacing any of it with a marker breaks the
+//! file without protecting anything a reader sees. Every other string in the result (text blocks,
+//! resource text, links, `structuredContent`, `_meta`) is redacted, keeping its JSON type; the
+//! random-string rule spares the strings the caller sent in this call's arguments
+//! ([`Echoes`]), so an id the caller made up comes back as it was sent.
 
 use rmcp::model::CallToolResult;
 use serde_json::{Map, Value, json};
+use toolgate_core::redact::{Echoes, Redactor};
 use toolgate_core::sanitize;
 
 use super::{Answer, CallState, Corridor};
@@ -19,7 +25,7 @@ impl Corridor<'_> {
         call: &CallState<'_>,
         answer: Answer<CallToolResult>,
     ) -> Answer<CallToolResult> {
-        let clean = |result| self.clean_result(call.name, result);
+        let clean = |result| self.clean_result(call.name, &call.arguments, result);
         let withheld = || Answer::Failed {
             reason: format!(
                 "{}: the result could not be cleaned for the client; withheld",
@@ -33,7 +39,12 @@ impl Corridor<'_> {
         }
     }
 
-    fn clean_result(&self, name: &str, result: CallToolResult) -> Option<CallToolResult> {
+    fn clean_result(
+        &self,
+        name: &str,
+        arguments: &Value,
+        result: CallToolResult,
+    ) -> Option<CallToolResult> {
         let untrusted = self
             .gate
             .policy()
@@ -46,24 +57,76 @@ impl Corridor<'_> {
             };
             return sanitise_result(self.gate.redactor(), &source, result);
         }
-        redact_result(self.gate.redactor(), result)
+        redact_result(self.gate.redactor(), &Echoes::of(arguments), result)
     }
 }
 
-/// Secrets in a tool's result never reach the client. One pass over the serialised result decides;
-/// only a result that holds something secret-shaped is rebuilt.
+/// Secrets in a tool's result never reach the client; binary content passes as it is. Only a
+/// result that holds something secret-shaped is rebuilt.
 fn redact_result(
-    redactor: &toolgate_core::redact::Redactor,
+    redactor: &Redactor,
+    echoes: &Echoes<'_>,
     result: CallToolResult,
 ) -> Option<CallToolResult> {
-    let Ok(text) = serde_json::to_string(&result) else {
-        return Some(result);
+    let value = serde_json::to_value(&result).ok()?;
+    let Value::Object(fields) = &value else {
+        return None;
     };
-    if matches!(redactor.redact(&text), Cow::Borrowed(_)) {
+    let mut out = Map::new();
+    for (key, field) in fields {
+        let field = match (key.as_str(), field) {
+            ("content", Value::Array(blocks)) => Value::Array(
+                blocks
+                    .iter()
+                    .map(|block| redact_block(redactor, echoes, block))
+                    .collect(),
+            ),
+            _ => redactor.redact_value_echoing(field, echoes),
+        };
+        out.insert(key.clone(), field);
+    }
+    let out = Value::Object(out);
+    if out == value {
         return Some(result);
     }
-    let value = serde_json::to_value(&result).unwrap_or(Value::Null);
-    rebuild(&redactor.redact_value(&value))
+    rebuild(&out)
+}
+
+/// One content block redacted, its binary fields (see [`binary_field`]) kept as they are.
+fn redact_block(redactor: &Redactor, echoes: &Echoes<'_>, block: &Value) -> Value {
+    let Value::Object(fields) = block else {
+        return redactor.redact_value_echoing(block, echoes);
+    };
+    let kind = fields.get("type").and_then(Value::as_str);
+    let mut out = Map::new();
+    for (key, field) in fields {
+        let field = match (key.as_str(), field) {
+            (key, field) if binary_field(kind, key) => field.clone(),
+            ("resource", Value::Object(resource)) => Value::Object(
+                resource
+                    .iter()
+                    .map(|(k, v)| {
+                        let v = if k == "blob" {
+                            v.clone()
+                        } else {
+                            redactor.redact_value_echoing(v, echoes)
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            _ => redactor.redact_value_echoing(field, echoes),
+        };
+        out.insert(key.clone(), field);
+    }
+    Value::Object(out)
+}
+
+/// Whether `key` of a content block of type `kind` holds base64 binary (MCP schema,
+/// `ImageContent.data`, `AudioContent.data`; an embedded resource's `blob` is handled with the
+/// resource).
+fn binary_field(kind: Option<&str>, key: &str) -> bool {
+    key == "data" && matches!(kind, Some("image" | "audio"))
 }
 
 /// Output the policy marks untrusted: every text the model will read (text blocks, embedded
@@ -71,7 +134,7 @@ fn redact_result(
 /// invisible characters stripped and secrets redacted, is capped, and text blocks are wrapped in a
 /// labelled untrusted-content envelope. Binary blocks pass as they are.
 fn sanitise_result(
-    redactor: &toolgate_core::redact::Redactor,
+    redactor: &Redactor,
     source: &str,
     result: CallToolResult,
 ) -> Option<CallToolResult> {
@@ -120,4 +183,46 @@ fn sanitise_result(
 /// A cleaned result back in rmcp's type; what cannot be rebuilt is withheld, never sent raw.
 fn rebuild(value: &Value) -> Option<CallToolResult> {
     serde_json::from_value::<CallToolResult>(value.clone()).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::CallToolResult;
+    use serde_json::json;
+    use toolgate_core::redact::{Echoes, Redactor};
+
+    use super::redact_result;
+
+    #[test]
+    fn binary_stays_and_text_is_redacted_without_changing_a_type() {
+        // Random base64 with no file signature, which the text rule would take for a key.
+        let data = "q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1uNi4OxTl6WzA+AKIAIOSFODNN7EXAMPLE/w==";
+        let result: CallToolResult = serde_json::from_value(json!({
+            "content": [
+                {"type": "text", "text": "key AKIAIOSFODNN7EXAMPLE"},
+                {"type": "image", "data": data, "mimeType": "image/png"},
+                {"type": "audio", "data": data, "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"uri": "file:///k", "blob": data}},
+                {"type": "resource", "resource": {"uri": "file:///t", "text": data}},
+            ],
+            "structuredContent": {"token": 1234, "id": "req-journal-fdatasync-EIO-10-000"},
+        }))
+        .expect("a result");
+        let out = redact_result(&Redactor::default(), &Echoes::NONE, result).expect("cleaned");
+        let out = serde_json::to_value(out).expect("serialises");
+        assert_eq!(
+            out["content"],
+            json!([
+                {"type": "text", "text": "key [REDACTED]"},
+                {"type": "image", "data": data, "mimeType": "image/png"},
+                {"type": "audio", "data": data, "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"uri": "file:///k", "blob": data}},
+                {"type": "resource", "resource": {"uri": "file:///t", "text": "[REDACTED]"}},
+            ])
+        );
+        assert_eq!(
+            out["structuredContent"],
+            json!({"token": 1234, "id": "req-journal-fdatasync-EIO-10-000"})
+        );
+    }
 }
