@@ -208,3 +208,45 @@ fn the_demo_runs_the_seed_scenario_and_every_check_holds() {
     );
     assert_eq!(report["audit"]["intact"], true);
 }
+
+/// The ids in a tool's answer, wherever the answer carries them: its text and its structured copy.
+fn ids_in(reply: &Value) -> (String, Value) {
+    let result = &reply["result"];
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    (text.to_owned(), result["structuredContent"].clone())
+}
+
+#[test]
+fn write_note_and_read_ledger_return_the_callers_request_ids_intact() {
+    let scratch = Scratch::new();
+    let mut server = scratch.serve(&[]);
+    let ids = [
+        "req-journal-fdatasync-EIO-10-000",
+        "9f86d081884c7d659a2feaa0c55ad015",
+    ];
+    for id in ids {
+        let reply = server.call("write_note", json!({"request_id": id, "text": "verify me"}));
+        let (text, structured) = ids_in(&reply);
+        assert_eq!(structured["request_id"], id, "{reply}");
+        assert!(text.contains(id), "{reply}");
+    }
+    // Random-looking, but the caller's own: write_note echoes it back as sent.
+    let own = "q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1u";
+    let reply = server.call("write_note", json!({"request_id": own, "text": "mine"}));
+    assert_eq!(ids_in(&reply).1["request_id"], own, "{reply}");
+    assert!(ids_in(&reply).0.contains(own), "{reply}");
+
+    let reply = server.call("read_ledger", json!({}));
+    server.close();
+    let (text, structured) = ids_in(&reply);
+    let listed: Vec<&str> = structured["notes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{reply}"))
+        .iter()
+        .filter_map(|n| n["request_id"].as_str())
+        .collect();
+    for id in ids {
+        assert!(listed.contains(&id), "{id} not in {listed:?}");
+        assert!(text.contains(id), "{id} not in {text}");
+    }
+}

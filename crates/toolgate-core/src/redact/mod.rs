@@ -169,7 +169,7 @@ impl Shape {
     }
 
     /// Appends the byte ranges to replace in `text`, found by this shape's compiled `re`.
-    fn collect(self, re: &Regex, text: &str, echoes: &Echoes<'_>, out: &mut Vec<Range<usize>>) {
+    fn collect(self, re: &Regex, text: &str, echoes: &Echoes, out: &mut Vec<Range<usize>>) {
         // Captures cost more than a plain search; only the shapes that keep part of the match use
         // them. The entropy candidate matters most: every line with a digest in it runs it.
         match self {
@@ -503,7 +503,7 @@ impl Redactor {
     /// sent itself (see [`Echoes`]). Registered secrets and credential shapes are redacted all
     /// the same: sending a secret does not make it the caller's to read back.
     #[must_use]
-    pub fn redact_echoing<'a>(&self, text: &'a str, echoes: &Echoes<'_>) -> Cow<'a, str> {
+    pub fn redact_echoing<'a>(&self, text: &'a str, echoes: &Echoes) -> Cow<'a, str> {
         let each = matches!(self.registered, Registered::Each(_));
         if !each && !self.prefilter.is_match(text) {
             return Cow::Borrowed(text);
@@ -538,7 +538,7 @@ impl Redactor {
     /// As [`Redactor::redact_value`], with the caller's own strings treated as in
     /// [`Redactor::redact_echoing`].
     #[must_use]
-    pub fn redact_value_echoing(&self, value: &Value, echoes: &Echoes<'_>) -> Value {
+    pub fn redact_value_echoing(&self, value: &Value, echoes: &Echoes) -> Value {
         match value {
             Value::String(s) => Value::String(self.redact_echoing(s, echoes).into_owned()),
             Value::Array(items) => Value::Array(
@@ -665,11 +665,11 @@ pub fn blank_strings(value: &Value) -> Value {
 /// when what remains of it around them (`notes/<id>.md`) does not look random on its own. Only
 /// strings of at least 16 characters count. `Debug` prints how many there are, never them.
 #[derive(Clone, Default)]
-pub struct Echoes<'a> {
-    values: Vec<&'a str>,
+pub struct Echoes {
+    values: Vec<String>,
 }
 
-impl fmt::Debug for Echoes<'_> {
+impl fmt::Debug for Echoes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Echoes")
             .field("count", &self.values.len())
@@ -677,16 +677,17 @@ impl fmt::Debug for Echoes<'_> {
     }
 }
 
-impl<'a> Echoes<'a> {
+impl Echoes {
     /// No echoes: every random-looking run is judged on its own.
-    pub const NONE: Echoes<'static> = Echoes { values: Vec::new() };
+    pub const NONE: Echoes = Echoes { values: Vec::new() };
 
-    /// The string values (not the keys) anywhere in `arguments`.
+    /// The string values (not the keys) anywhere in `arguments`, copied: the handler takes the
+    /// arguments before its answer is redacted.
     #[must_use]
-    pub fn of(arguments: &'a Value) -> Self {
-        fn walk<'a>(value: &'a Value, out: &mut Vec<&'a str>) {
+    pub fn of(arguments: &Value) -> Self {
+        fn walk(value: &Value, out: &mut Vec<String>) {
             match value {
-                Value::String(s) if s.len() >= MIN_ECHO_LEN => out.push(s),
+                Value::String(s) if s.len() >= MIN_ECHO_LEN => out.push(s.clone()),
                 Value::Array(items) => items.iter().for_each(|v| walk(v, out)),
                 Value::Object(map) => map.values().for_each(|v| walk(v, out)),
                 _ => {}
@@ -708,7 +709,11 @@ impl<'a> Echoes<'a> {
         let mut sent: Vec<Range<usize>> = self
             .values
             .iter()
-            .flat_map(|v| candidate.match_indices(v).map(|(i, m)| i..i + m.len()))
+            .flat_map(|v| {
+                candidate
+                    .match_indices(v.as_str())
+                    .map(|(i, m)| i..i + m.len())
+            })
             .collect();
         if sent.is_empty() {
             return false;

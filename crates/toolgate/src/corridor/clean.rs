@@ -25,7 +25,7 @@ impl Corridor<'_> {
         call: &CallState<'_>,
         answer: Answer<CallToolResult>,
     ) -> Answer<CallToolResult> {
-        let clean = |result| self.clean_result(call.name, &call.arguments, result);
+        let clean = |result| self.clean_result(call.name, &call.echoes, result);
         let withheld = || Answer::Failed {
             reason: format!(
                 "{}: the result could not be cleaned for the client; withheld",
@@ -42,7 +42,7 @@ impl Corridor<'_> {
     fn clean_result(
         &self,
         name: &str,
-        arguments: &Value,
+        echoes: &Echoes,
         result: CallToolResult,
     ) -> Option<CallToolResult> {
         let untrusted = self
@@ -57,7 +57,7 @@ impl Corridor<'_> {
             };
             return sanitise_result(self.gate.redactor(), &source, result);
         }
-        redact_result(self.gate.redactor(), &Echoes::of(arguments), result)
+        redact_result(self.gate.redactor(), echoes, result)
     }
 }
 
@@ -65,7 +65,7 @@ impl Corridor<'_> {
 /// result that holds something secret-shaped is rebuilt.
 fn redact_result(
     redactor: &Redactor,
-    echoes: &Echoes<'_>,
+    echoes: &Echoes,
     result: CallToolResult,
 ) -> Option<CallToolResult> {
     let value = serde_json::to_value(&result).ok()?;
@@ -93,7 +93,7 @@ fn redact_result(
 }
 
 /// One content block redacted, its binary fields (see [`binary_field`]) kept as they are.
-fn redact_block(redactor: &Redactor, echoes: &Echoes<'_>, block: &Value) -> Value {
+fn redact_block(redactor: &Redactor, echoes: &Echoes, block: &Value) -> Value {
     let Value::Object(fields) = block else {
         return redactor.redact_value_echoing(block, echoes);
     };

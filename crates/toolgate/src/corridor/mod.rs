@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::audit::{Decision, Event};
 use toolgate_core::canonical;
 use toolgate_core::policy::Verdict;
+use toolgate_core::redact::Echoes;
 
 pub use answer::Answer;
 pub use gate::{AuditUnavailable, Gate, request_label};
@@ -63,6 +64,9 @@ pub(crate) struct CallState<'c> {
     label: String,
     /// SHA-256 of the canonical arguments, computed once for every record and key of the call.
     digest: String,
+    /// The caller's own strings, which its answer may repeat unredacted (the handler takes the
+    /// arguments, so they are copied here first).
+    echoes: Echoes,
     /// Set by `decide` (and replaced by `approve` with the approval that let it run).
     verdict: Option<Verdict>,
     /// The approval this run consumed; its row keeps the answer for repeats.
@@ -91,9 +95,11 @@ impl<'c> CallState<'c> {
     ) -> Self {
         let digest = canonical::digest_object(&arguments);
         let label = request_label(&arguments);
+        let arguments = Value::Object(arguments);
         Self {
             name,
-            arguments: Value::Object(arguments),
+            echoes: Echoes::of(&arguments),
+            arguments,
             label,
             digest,
             verdict: None,
