@@ -564,6 +564,29 @@ impl Redactor {
         }
     }
 
+    /// Whether [`Redactor::redact_value_echoing`] would change anything in `value`, found without
+    /// building a copy: most results hold nothing to redact, and the copy is most of the cost.
+    #[must_use]
+    pub fn changes_value(&self, value: &Value, echoes: &Echoes) -> bool {
+        match value {
+            Value::String(s) => self.changes(s, echoes),
+            Value::Array(items) => items.iter().any(|v| self.changes_value(v, echoes)),
+            Value::Object(map) => map.iter().any(|(key, v)| {
+                self.changes(key, echoes)
+                    || if is_sensitive_key(key) {
+                        holds_string(v)
+                    } else {
+                        self.changes_value(v, echoes)
+                    }
+            }),
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
+        }
+    }
+
+    fn changes(&self, text: &str, echoes: &Echoes) -> bool {
+        matches!(self.redact_echoing(text, echoes), Cow::Owned(_))
+    }
+
     fn registered_spans(&self, text: &str, out: &mut Vec<Range<usize>>) {
         match &self.registered {
             Registered::None => {}
@@ -636,6 +659,16 @@ fn next_char(text: &str, i: usize) -> usize {
         .chars()
         .next()
         .map_or(text.len(), |c| i + c.len_utf8())
+}
+
+/// Whether [`blank_strings`] has a string to blank in `value` (conservatively: any string).
+fn holds_string(value: &Value) -> bool {
+    match value {
+        Value::String(_) => true,
+        Value::Array(items) => items.iter().any(holds_string),
+        Value::Object(map) => map.values().any(holds_string),
+        Value::Null | Value::Bool(_) | Value::Number(_) => false,
+    }
 }
 
 /// `value` with every string in it replaced by [`REDACTED`] and everything else kept: what sits

@@ -876,3 +876,29 @@ fn every_secret_of_a_known_shape_is_caught() {
         &missed[..missed.len().min(10)]
     );
 }
+
+/// `changes_value` is the shortcut the result redaction takes when it says no: it must say yes
+/// exactly when `redact_value_echoing` would change something.
+#[test]
+fn changes_value_agrees_with_redact_value() {
+    let redactor = registered();
+    let arguments = json!({"request_id": "k3Jx9QpL2vWz8RtY5mNb7HcD4fGa6SeU"});
+    let echoes = Echoes::of(&arguments);
+    let values = [
+        json!({"request_id": "r-0000001", "status": "committed"}),
+        json!({"note": "AKIAIOSFODNN7EXAMPLE is a key"}),
+        json!({"password": 1234, "nested": [{"ok": true}, null, 2.5]}),
+        json!({"password": "hunter2"}),
+        json!({"headers": {"authorization": ["Bearer abc"]}}),
+        json!({"AKIAIOSFODNN7EXAMPLE": "a key as a key"}),
+        json!(["k3Jx9QpL2vWz8RtY5mNb7HcD4fGa6SeU", "plain words"]),
+        json!({"id": "zQ8vN3kL5pR7tW2xY4bM6cF9gH1jD0sA"}),
+        json!({"text": long_secret()}),
+        json!("plain"),
+        json!(42),
+    ];
+    for value in values {
+        let changed = redactor.redact_value_echoing(&value, &echoes) != value;
+        assert_eq!(redactor.changes_value(&value, &echoes), changed, "{value}");
+    }
+}

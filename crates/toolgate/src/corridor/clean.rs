@@ -69,6 +69,10 @@ fn redact_result(
     result: CallToolResult,
 ) -> Option<CallToolResult> {
     let value = serde_json::to_value(&result).ok()?;
+    // Nothing to redact anywhere, binary fields included: the walk below could only keep it all.
+    if !redactor.changes_value(&value, echoes) {
+        return Some(result);
+    }
     let Value::Object(fields) = &value else {
         return None;
     };
