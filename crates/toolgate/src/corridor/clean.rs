@@ -62,75 +62,64 @@ impl Corridor<'_> {
 }
 
 /// Secrets in a tool's result never reach the client; binary content passes as it is. Only a
-/// result that holds something secret-shaped is rebuilt.
+/// field that holds something to redact is rewritten, and only a result with such a field is
+/// rebuilt.
 fn redact_result(
     redactor: &Redactor,
     echoes: &Echoes,
     result: CallToolResult,
 ) -> Option<CallToolResult> {
-    let value = serde_json::to_value(&result).ok()?;
-    // Nothing to redact anywhere, binary fields included: the walk below could only keep it all.
-    if !redactor.changes_value(&value, echoes) {
-        return Some(result);
-    }
-    let Value::Object(fields) = &value else {
+    let mut value = serde_json::to_value(&result).ok()?;
+    let Value::Object(fields) = &mut value else {
         return None;
     };
-    let mut out = Map::new();
-    for (key, field) in fields {
-        let field = match (key.as_str(), field) {
-            ("content", Value::Array(blocks)) => Value::Array(
-                blocks
-                    .iter()
-                    .map(|block| redact_block(redactor, echoes, block))
-                    .collect(),
-            ),
-            _ => redactor.redact_value_echoing(field, echoes),
-        };
-        out.insert(key.clone(), field);
+    let mut changed = false;
+    let mut redact = |field: &mut Value| {
+        if redactor.changes_value(field, echoes) {
+            *field = redactor.redact_value_echoing(field, echoes);
+            changed = true;
+        }
+    };
+    for (key, field) in fields.iter_mut() {
+        match (key.as_str(), field) {
+            ("content", Value::Array(blocks)) => {
+                for block in blocks {
+                    redact_block(block, &mut redact);
+                }
+            }
+            (_, field) => redact(field),
+        }
     }
-    let out = Value::Object(out);
-    if out == value {
+    if !changed {
         return Some(result);
     }
-    rebuild(&out)
+    rebuild(value)
 }
 
-/// One content block redacted, its binary fields (see [`binary_field`]) kept as they are.
-fn redact_block(redactor: &Redactor, echoes: &Echoes, block: &Value) -> Value {
+/// One content block through `redact`, its binary fields kept as they are: an `image` or `audio`
+/// block's `data` (MCP schema, `ImageContent.data`, `AudioContent.data`) and an embedded
+/// resource's `blob`.
+fn redact_block(block: &mut Value, redact: &mut impl FnMut(&mut Value)) {
     let Value::Object(fields) = block else {
-        return redactor.redact_value_echoing(block, echoes);
+        return redact(block);
     };
-    let kind = fields.get("type").and_then(Value::as_str);
-    let mut out = Map::new();
-    for (key, field) in fields {
-        let field = match (key.as_str(), field) {
-            (key, field) if binary_field(kind, key) => field.clone(),
-            ("resource", Value::Object(resource)) => Value::Object(
-                resource
-                    .iter()
-                    .map(|(k, v)| {
-                        let v = if k == "blob" {
-                            v.clone()
-                        } else {
-                            redactor.redact_value_echoing(v, echoes)
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
-            ),
-            _ => redactor.redact_value_echoing(field, echoes),
-        };
-        out.insert(key.clone(), field);
+    let binary = matches!(
+        fields.get("type").and_then(Value::as_str),
+        Some("image" | "audio")
+    );
+    for (key, field) in fields.iter_mut() {
+        match (key.as_str(), field) {
+            ("data", _) if binary => {}
+            ("resource", Value::Object(resource)) => {
+                for (key, field) in resource.iter_mut() {
+                    if key != "blob" {
+                        redact(field);
+                    }
+                }
+            }
+            (_, field) => redact(field),
+        }
     }
-    Value::Object(out)
-}
-
-/// Whether `key` of a content block of type `kind` holds base64 binary (MCP schema,
-/// `ImageContent.data`, `AudioContent.data`; an embedded resource's `blob` is handled with the
-/// resource).
-fn binary_field(kind: Option<&str>, key: &str) -> bool {
-    key == "data" && matches!(kind, Some("image" | "audio"))
 }
 
 /// Output the policy marks untrusted: every text the model will read (text blocks, embedded
@@ -181,12 +170,12 @@ fn sanitise_result(
             );
         }
     }
-    rebuild(&value)
+    rebuild(value)
 }
 
 /// A cleaned result back in rmcp's type; what cannot be rebuilt is withheld, never sent raw.
-fn rebuild(value: &Value) -> Option<CallToolResult> {
-    serde_json::from_value::<CallToolResult>(value.clone()).ok()
+fn rebuild(value: Value) -> Option<CallToolResult> {
+    serde_json::from_value::<CallToolResult>(value).ok()
 }
 
 #[cfg(test)]
