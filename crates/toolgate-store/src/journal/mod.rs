@@ -166,7 +166,7 @@ struct Inner {
     /// Shared with the writer thread; held for one commit at a time.
     writer: Arc<Mutex<writer::Writer>>,
     /// Callers inside [`Journal::record`] or [`Journal::put_note`] now.
-    callers: AtomicUsize,
+    callers: Arc<AtomicUsize>,
     /// Calls being served that may write here ([`Journal::occupy`]).
     occupants: Arc<AtomicUsize>,
     ledger: Arc<RwLock<Ledger>>,
@@ -208,7 +208,7 @@ impl Journal {
         let inner = Inner {
             tx,
             writer,
-            callers: AtomicUsize::new(0),
+            callers: Arc::default(),
             occupants: Arc::default(),
             ledger,
             dir: dir.to_path_buf(),
@@ -292,8 +292,7 @@ impl Journal {
     /// share its syncs (module header, "Group commit").
     #[must_use]
     pub fn occupy(&self) -> Occupant {
-        self.inner.occupants.fetch_add(1, Ordering::AcqRel);
-        Occupant(Arc::clone(&self.inner.occupants))
+        Occupant::enter(&self.inner.occupants)
     }
 
     /// Whether a write or sync failed since open. After a failed fsync the kernel may have dropped
@@ -314,8 +313,8 @@ impl Journal {
     /// writer thread (module header, "Group commit"). Either way its reply is sent once it is
     /// durable; the caller counts as inside the journal until it drops the returned guard, after
     /// its reply. Cancel-safe: dropped before the commit, nothing was written.
-    async fn commit(&self, request: Request) -> Result<Inside<'_>, JournalError> {
-        let inside = Inside::enter(&self.inner.callers);
+    async fn commit(&self, request: Request) -> Result<Occupant, JournalError> {
+        let inside = Occupant::enter(&self.inner.callers);
         // Under load nobody is alone: straight to the queue, without the yield.
         if self.alone() {
             tokio::task::yield_now().await;
@@ -335,27 +334,19 @@ impl Journal {
     }
 }
 
-/// A call being served, counted by its journal until dropped ([`Journal::occupy`]).
+/// One holder of a journal count until dropped: a call being served ([`Journal::occupy`]), or
+/// a caller inside [`Journal::record`] or [`Journal::put_note`].
 #[derive(Debug)]
 pub struct Occupant(Arc<AtomicUsize>);
 
+impl Occupant {
+    fn enter(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Self(Arc::clone(count))
+    }
+}
+
 impl Drop for Occupant {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Counts a caller inside the journal until dropped.
-struct Inside<'a>(&'a AtomicUsize);
-
-impl<'a> Inside<'a> {
-    fn enter(callers: &'a AtomicUsize) -> Self {
-        callers.fetch_add(1, Ordering::AcqRel);
-        Self(callers)
-    }
-}
-
-impl Drop for Inside<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }
