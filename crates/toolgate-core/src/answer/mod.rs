@@ -51,6 +51,8 @@ pub enum Wire {
     Result,
     /// No response (the client cancelled; the protocol says not to answer).
     NoResponse,
+    /// A JSON-RPC error as the upstream sent it: its code, message and data (redacted).
+    UpstreamError,
 }
 
 /// JSON-RPC "invalid params".
@@ -120,6 +122,16 @@ pub enum Answer<R> {
     /// Not run because something the call needs cannot answer (a store, the audit log, an
     /// upstream); nothing was attempted.
     NotRun { rule: String, why: String },
+    /// The tool needs the caller's input before it can finish (MCP's `input_required` result,
+    /// passed on as the upstream gave it); the caller retries with its answers.
+    InputRequired(Value),
+    /// The upstream refused the request with a JSON-RPC error of its own (an unknown tool, a
+    /// capability the caller lacks): passed on as it was, redacted.
+    Rejected {
+        code: i32,
+        message: String,
+        data: Option<Value>,
+    },
 }
 
 /// An [`Answer`] without its payload: what the table of DESIGN.md §4 is about.
@@ -142,11 +154,13 @@ pub enum Kind {
     InFlight,
     Cancelled,
     NotRun,
+    InputRequired,
+    Rejected,
 }
 
 impl Kind {
     /// Every kind, for tables and tests.
-    pub const ALL: [Kind; 17] = [
+    pub const ALL: [Kind; 19] = [
         Kind::Denied,
         Kind::Invalid,
         Kind::RateLimited,
@@ -164,6 +178,8 @@ impl Kind {
         Kind::InFlight,
         Kind::Cancelled,
         Kind::NotRun,
+        Kind::InputRequired,
+        Kind::Rejected,
     ];
 
     /// The audit record's decision and outcome.
@@ -184,6 +200,8 @@ impl Kind {
             Self::InDoubt => (Decision::Allow, Outcome::InDoubt),
             Self::Timeout => (Decision::Allow, Outcome::Timeout),
             Self::Cancelled => (Decision::Allow, Outcome::Cancelled),
+            Self::InputRequired => (Decision::Allow, Outcome::InputRequired),
+            Self::Rejected => (Decision::Allow, Outcome::Failed),
         }
     }
 
@@ -201,6 +219,10 @@ impl Kind {
             | Self::Expired
             | Self::Conflict
             | Self::NotRun => Executed::No,
+            // The tool has not finished: it waits for the caller's answers to go on.
+            Self::InputRequired => Executed::No,
+            // It was sent, and answered with a protocol error: like a failure of the tool.
+            Self::Rejected => Executed::Yes,
             Self::Ran | Self::ToolError | Self::Failed => Executed::Yes,
             // A replay ran once, earlier; this call did nothing new, and says so in its status.
             Self::Replay => Executed::Yes,
@@ -215,8 +237,9 @@ impl Kind {
     pub fn wire(self) -> Wire {
         match self {
             Self::Denied => Wire::RpcError(INVALID_PARAMS),
-            Self::Ran | Self::Replay | Self::ToolError => Wire::Result,
+            Self::Ran | Self::Replay | Self::ToolError | Self::InputRequired => Wire::Result,
             Self::Cancelled => Wire::NoResponse,
+            Self::Rejected => Wire::UpstreamError,
             _ => Wire::ErrorResult,
         }
     }
@@ -241,6 +264,8 @@ impl Kind {
             Self::InFlight => "in_flight",
             Self::Cancelled => "cancelled",
             Self::NotRun => "not_run",
+            Self::InputRequired => "input_required",
+            Self::Rejected => "rejected",
         }
     }
 
@@ -276,6 +301,10 @@ impl Kind {
             Self::InFlight => "an isError result: the same call is still running, call again later",
             Self::Cancelled => "no response (cancelled by the client)",
             Self::NotRun => "an isError result: not run because a store it needs cannot answer",
+            Self::InputRequired => {
+                "an input_required result: the caller answers the tool's questions and calls again"
+            }
+            Self::Rejected => "the upstream's own JSON-RPC error, its code, message and data kept",
         }
     }
 }
@@ -301,6 +330,8 @@ impl<R> Answer<R> {
             Self::InFlight { .. } => Kind::InFlight,
             Self::Cancelled => Kind::Cancelled,
             Self::NotRun { .. } => Kind::NotRun,
+            Self::InputRequired(_) => Kind::InputRequired,
+            Self::Rejected { .. } => Kind::Rejected,
         }
     }
 
@@ -374,7 +405,12 @@ impl<R> Answer<R> {
                 "{tool}: a call with idempotency key {key:?} is still running; call again later to get its result"
             ),
             Self::NotRun { why, .. } => format!("{tool} was not run: {why}"),
-            Self::Ran(_) | Self::Replay(_) | Self::ToolError(_) | Self::Cancelled => return None,
+            Self::Ran(_)
+            | Self::Replay(_)
+            | Self::ToolError(_)
+            | Self::InputRequired(_)
+            | Self::Cancelled => return None,
+            Self::Rejected { message, .. } => message.clone(),
         })
     }
 
@@ -428,6 +464,8 @@ impl<R> Answer<R> {
             | Self::Ran(_)
             | Self::Replay(_)
             | Self::ToolError(_)
+            | Self::InputRequired(_)
+            | Self::Rejected { .. }
             | Self::Cancelled => json!({}),
         };
         match value {
@@ -446,6 +484,7 @@ impl<R> Answer<R> {
             | Kind::ToolError
             | Kind::Failed
             | Kind::Timeout
+            | Kind::Rejected
             | Kind::InDoubt => Self::InDoubt {
                 why: format!("its audit record could not be written: {why}"),
             },

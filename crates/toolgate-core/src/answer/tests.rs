@@ -128,6 +128,20 @@ const TABLE: &[(Kind, Wire, Decision, Outcome, Executed)] = &[
         Outcome::NotExecuted,
         Executed::No,
     ),
+    (
+        Kind::Rejected,
+        Wire::UpstreamError,
+        Decision::Allow,
+        Outcome::Failed,
+        Executed::Yes,
+    ),
+    (
+        Kind::InputRequired,
+        Wire::Result,
+        Decision::Allow,
+        Outcome::InputRequired,
+        Executed::No,
+    ),
 ];
 
 #[test]

@@ -98,6 +98,8 @@ pub enum Outcome {
     SwitchOff,
     /// The caller used up its rate limit for the tool; nothing ran.
     RateLimited,
+    /// The tool (an upstream's) asked the caller for input before it can finish.
+    InputRequired,
 }
 
 impl Outcome {
@@ -123,6 +125,7 @@ impl Outcome {
             Self::SwitchOn => "switch_on",
             Self::SwitchOff => "switch_off",
             Self::RateLimited => "rate_limited",
+            Self::InputRequired => "input_required",
         }
     }
 }

@@ -167,7 +167,66 @@ pub struct Policy {
     prompts: Vec<String>,
     /// Gateway: resource URIs allowed through; an entry ending in `*` is a prefix.
     resources: Vec<String>,
+    /// Gateway: the upstreams whose requests of the caller pass, per kind.
+    requests: ClientRequests,
 }
+
+/// What an upstream may ask of the caller through the gateway (MCP's server-to-client requests,
+/// or the same carried in an `input_required` result).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClientRequest {
+    /// `sampling/createMessage`: the caller's model, on the upstream's prompt.
+    Sampling,
+    /// `elicitation/create`: a question to the caller's user (a form, or a URL to open).
+    Elicitation,
+    /// `roots/list`: the caller's roots (directories it works in).
+    Roots,
+}
+
+impl ClientRequest {
+    /// The MCP method.
+    #[must_use]
+    pub fn method(self) -> &'static str {
+        match self {
+            Self::Sampling => "sampling/createMessage",
+            Self::Elicitation => "elicitation/create",
+            Self::Roots => "roots/list",
+        }
+    }
+
+    /// The policy rule that decides it (`[passthrough] sampling = [...]`).
+    #[must_use]
+    pub fn rule(self) -> &'static str {
+        match self {
+            Self::Sampling => "passthrough.sampling",
+            Self::Elicitation => "passthrough.elicitation",
+            Self::Roots => "passthrough.roots",
+        }
+    }
+}
+
+/// Per kind, the upstream names whose requests pass (`*`: every upstream).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct ClientRequests {
+    sampling: Vec<String>,
+    elicitation: Vec<String>,
+    roots: Vec<String>,
+}
+
+impl Default for ClientRequests {
+    /// Elicitation and roots pass (they ask the caller's own user, or tell where it works);
+    /// sampling does not (it spends the caller's model on an upstream's prompt).
+    fn default() -> Self {
+        Self {
+            sampling: Vec::new(),
+            elicitation: vec![ANY_UPSTREAM.to_owned()],
+            roots: vec![ANY_UPSTREAM.to_owned()],
+        }
+    }
+}
+
+/// In `[passthrough] sampling / elicitation / roots`: every upstream.
+const ANY_UPSTREAM: &str = "*";
 
 /// Why a call was refused, in words the client may see and a rule name the audit can keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -307,6 +366,7 @@ impl Policy {
             tools,
             prompts: Vec::new(),
             resources: Vec::new(),
+            requests: ClientRequests::default(),
         })
     }
 
@@ -341,6 +401,7 @@ impl Policy {
                 format!("{name:?} must be letters, digits, '-' or '_'"),
             ));
         }
+        let defaults_requests = ClientRequests::default();
         let mut tools = BTreeMap::new();
         for (name, tool) in raw.tools {
             let rule = tool_rule(&name, tool)?;
@@ -352,9 +413,31 @@ impl Policy {
             name: raw.name,
             defaults,
             tools,
+            requests: ClientRequests {
+                sampling: raw
+                    .passthrough
+                    .sampling
+                    .unwrap_or(defaults_requests.sampling),
+                elicitation: raw
+                    .passthrough
+                    .elicitation
+                    .unwrap_or(defaults_requests.elicitation),
+                roots: raw.passthrough.roots.unwrap_or(defaults_requests.roots),
+            },
             prompts: raw.passthrough.prompts,
             resources: raw.passthrough.resources,
         })
+    }
+
+    /// Whether the gateway passes `kind` from `upstream` to the caller (`[passthrough]`).
+    #[must_use]
+    pub fn passes_request(&self, kind: ClientRequest, upstream: &str) -> bool {
+        let names = match kind {
+            ClientRequest::Sampling => &self.requests.sampling,
+            ClientRequest::Elicitation => &self.requests.elicitation,
+            ClientRequest::Roots => &self.requests.roots,
+        };
+        names.iter().any(|n| n == ANY_UPSTREAM || n == upstream)
     }
 
     /// Whether the gateway passes the upstream prompt `name` through (`[passthrough] prompts`).

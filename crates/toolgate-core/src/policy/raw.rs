@@ -35,7 +35,8 @@ pub(super) struct RawV2 {
     pub(super) passthrough: RawPassthrough,
 }
 
-/// Gateway: upstream prompts and resources allowed through, by name and URI.
+/// Gateway: upstream prompts and resources allowed through, by name and URI, and the upstreams
+/// whose requests of the caller (sampling, elicitation, roots) pass; `None` is the default.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPassthrough {
@@ -43,6 +44,9 @@ pub(super) struct RawPassthrough {
     pub(super) prompts: Vec<String>,
     #[serde(default)]
     pub(super) resources: Vec<String>,
+    pub(super) sampling: Option<Vec<String>>,
+    pub(super) elicitation: Option<Vec<String>>,
+    pub(super) roots: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -13,7 +13,7 @@
 //! tool's error and the gate's error read the same.
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, InputRequiredResult};
 use serde_json::{Map, Value, json};
 pub use toolgate_core::answer::{Answer, Executed, Kind, Wire};
 
@@ -30,6 +30,21 @@ pub fn to_wire(
     answer: Answer<CallToolResult>,
     tool: &str,
     policy_sha256: &str,
+) -> Result<CallToolResponse, ErrorData> {
+    if let Answer::InputRequired(value) = answer {
+        // Built by the corridor from the toolset's own `InputRequiredResult`, so it reads back.
+        return serde_json::from_value::<InputRequiredResult>(value)
+            .map(CallToolResponse::InputRequired)
+            .map_err(|e| ErrorData::internal_error(format!("input_required result: {e}"), None));
+    }
+    to_result(answer, tool, policy_sha256).map(CallToolResponse::Complete)
+}
+
+/// [`to_wire`] for every answer but `InputRequired`.
+fn to_result(
+    answer: Answer<CallToolResult>,
+    tool: &str,
+    policy_sha256: &str,
 ) -> Result<CallToolResult, ErrorData> {
     let kind = answer.kind();
     match kind.wire() {
@@ -39,6 +54,15 @@ pub fn to_wire(
             Err(ErrorData::invalid_params(message, Some(data)))
         }
         Wire::NoResponse => Err(ErrorData::internal_error("cancelled by the client", None)),
+        Wire::UpstreamError => match answer {
+            Answer::Rejected {
+                code,
+                message,
+                data,
+            } => Err(ErrorData::new(rmcp::model::ErrorCode(code), message, data)),
+            // `Kind::wire` gives `UpstreamError` to `Rejected` only.
+            other => Ok(error_result(&other, tool, policy_sha256)),
+        },
         Wire::Result => match answer {
             Answer::Ran(result) | Answer::ToolError(result) => Ok(mark_executed(result, kind)),
             Answer::Replay(mut result) => {

@@ -138,7 +138,7 @@ impl Corridor<'_> {
                 }
             }
             tick += 1;
-            if let (Some(peer), Some(token)) = (&call.peer, &call.progress)
+            if let (Some(caller), Some(token)) = (&call.caller, &call.progress)
                 && tick.is_multiple_of(PROGRESS_EVERY)
             {
                 let message = format!(
@@ -148,7 +148,7 @@ impl Corridor<'_> {
                 );
                 let param = ProgressNotificationParam::new(token.clone(), f64::from(tick))
                     .with_message(message);
-                let _ = peer.notify_progress(param).await;
+                let _ = caller.peer.notify_progress(param).await;
             }
             match answered(store.get(&row.id, now_ms()).await)? {
                 Some(current) if current.status == Status::Pending => row = current,

@@ -147,7 +147,7 @@ impl Corridor<'_> {
             principal: self.gate.principal(),
             rule: call.rule(),
             ct: handler_ct.clone(),
-            peer: call.peer.clone(),
+            caller: call.caller.clone(),
             progress_token: call.progress.clone(),
         };
         let run = tokio::time::timeout(timeout, self.toolset.call(handler));
@@ -180,6 +180,14 @@ impl Corridor<'_> {
                     why: redact(why),
                 },
                 Ok(Err(CallError::InDoubt(why))) => Answer::InDoubt { why: redact(why) },
+                Ok(Err(CallError::Rejected(error))) => Answer::Rejected {
+                    code: error.code.0,
+                    message: error.message.into_owned(),
+                    data: error.data,
+                },
+                Ok(Err(CallError::NeedsInput(asked))) => {
+                    Answer::InputRequired(serde_json::to_value(asked).unwrap_or(Value::Null))
+                }
                 Err(_) => {
                     handler_ct.cancel();
                     Answer::Timeout {
@@ -210,7 +218,12 @@ impl Corridor<'_> {
             // It reported failure, or nothing was attempted: a retry may run it again.
             _ if matches!(
                 answer.kind(),
-                Kind::ToolError | Kind::Failed | Kind::NotRun | Kind::Denied
+                Kind::ToolError
+                    | Kind::Failed
+                    | Kind::NotRun
+                    | Kind::Denied
+                    | Kind::InputRequired
+                    | Kind::Rejected
             ) =>
             {
                 store.release(id, gate.owner()).await

@@ -26,8 +26,8 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rmcp::model::{CallToolResult, ProgressToken};
-use rmcp::{ErrorData, Peer, RoleServer};
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResponse, CallToolResult, ProgressToken};
 use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::audit::{Decision, Event};
@@ -39,7 +39,7 @@ pub use answer::Answer;
 pub use gate::{AuditUnavailable, Gate, request_label};
 pub use limits::RateLimits;
 
-use crate::toolset::{Catalog, Toolset};
+use crate::toolset::{Caller, Catalog, Toolset};
 
 /// What the steps pass on: a step ends the call with an answer (`Break`) or lets it go on.
 type Flow<T = ()> = ControlFlow<Answer<CallToolResult>, T>;
@@ -81,7 +81,7 @@ pub(crate) struct CallState<'c> {
     ct: CancellationToken,
     /// Fires when the server shuts down: a call held for a person answers pending at once.
     shutdown: CancellationToken,
-    peer: Option<Peer<RoleServer>>,
+    caller: Option<Caller>,
     progress: Option<ProgressToken>,
 }
 
@@ -109,18 +109,15 @@ impl<'c> CallState<'c> {
             detail: Vec::new(),
             ct,
             shutdown,
-            peer: None,
+            caller: None,
             progress: None,
         }
     }
 
-    /// The caller's connection and progress token, for notifications on this request.
-    pub(crate) fn with_peer(
-        mut self,
-        peer: Peer<RoleServer>,
-        progress: Option<ProgressToken>,
-    ) -> Self {
-        self.peer = Some(peer);
+    /// The client behind the call and its progress token, for notifications and questions on
+    /// this request.
+    pub(crate) fn with_caller(mut self, caller: Caller, progress: Option<ProgressToken>) -> Self {
+        self.caller = Some(caller);
         self.progress = progress;
         self
     }
@@ -151,13 +148,16 @@ impl<'a> Corridor<'a> {
     }
 
     /// Walks `call` through every step, records its answer and gives it its wire form.
-    pub(crate) async fn call(&self, mut call: CallState<'_>) -> Result<CallToolResult, ErrorData> {
+    pub(crate) async fn call(
+        &self,
+        mut call: CallState<'_>,
+    ) -> Result<CallToolResponse, ErrorData> {
         let answer = match self.walk(&mut call).await {
             ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
         };
         let answer = self.audit(&call, answer).await;
         let wire = answer::to_wire(answer, call.name, self.gate.policy().sha256());
-        if let (Some(id), Ok(result)) = (&call.approval, &wire) {
+        if let (Some(id), Ok(CallToolResponse::Complete(result))) = (&call.approval, &wire) {
             self.keep_approved_result(id, result).await;
         }
         wire

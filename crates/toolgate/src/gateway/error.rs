@@ -7,6 +7,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use rmcp::ErrorData;
 use rmcp::service::{ClientInitializeError, ServiceError};
 
 /// An upstream configuration (a TOML file, `--upstream`, or `-- COMMAND…`) that cannot be used.
@@ -107,19 +108,30 @@ pub enum ConnectError {
     Timeout(Duration),
 }
 
-/// Why a prompt or resource could not be passed through.
+/// Why a request besides tools could not be sent to an upstream (an upstream's own error is
+/// passed on as it came, not wrapped in one of these).
 #[derive(Debug, thiserror::Error)]
 pub(super) enum PassError {
-    #[error("no prompt {name}")]
+    #[error("prompt not found: {name}")]
     NoPrompt { name: String },
-    #[error("no resource {uri}")]
+    #[error("resource not found: {uri}")]
     NoResource { uri: String },
     /// `why` is the reason it went down, as the supervisor last recorded it.
     #[error("upstream {upstream} is not connected ({why})")]
     NotConnected { upstream: String, why: String },
-    #[error("upstream {upstream}: {error}")]
-    Upstream {
-        upstream: String,
-        error: ServiceError,
-    },
+}
+
+impl From<PassError> for ErrorData {
+    /// Not found: -32602 (with the URI in `data`, as MCP has a missing resource answered); an
+    /// upstream that is down: -32603 with the reason.
+    fn from(error: PassError) -> Self {
+        let message = error.to_string();
+        match error {
+            PassError::NoPrompt { .. } => ErrorData::invalid_params(message, None),
+            PassError::NoResource { uri } => {
+                ErrorData::invalid_params(message, Some(serde_json::json!({"uri": uri})))
+            }
+            PassError::NotConnected { .. } => ErrorData::internal_error(message, None),
+        }
+    }
 }

@@ -8,8 +8,10 @@
 //! (`pins.rs`); a dry run can be asked of a tool the upstream offers for that purpose.
 
 mod error;
+mod passthrough;
 mod pins;
 mod progress;
+mod relay;
 mod spec;
 mod upstream;
 
@@ -17,10 +19,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use rmcp::model::{
-    GetPromptRequestParams, GetPromptResult, Prompt, ReadResourceRequestParams, ReadResourceResult,
-    Resource, Tool,
-};
+use rmcp::model::Tool;
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use toolgate_core::audit::{Decision, Outcome};
@@ -31,8 +30,8 @@ pub use spec::{Target, UpstreamSpec, from_command, from_file, from_flag};
 pub use upstream::Upstream;
 
 use crate::server::Gate;
-use crate::toolset::{Call, CallFuture, Catalog, DryRunFuture, PassFuture, Passthrough, Toolset};
-use error::PassError;
+use crate::toolset::{Call, CallError, CallFuture, Catalog, DryRunFuture, Passthrough, Toolset};
+use relay::{Asker, Round};
 
 /// Separates the upstream's name from its tool's name when there are several upstreams.
 pub const PREFIX_SEPARATOR: &str = "__";
@@ -83,7 +82,7 @@ impl Gateway {
         let changed = Arc::new(Notify::new());
         let upstreams: Vec<Arc<Upstream>> = specs
             .into_iter()
-            .map(|spec| Upstream::new(spec, Arc::clone(&changed)))
+            .map(|spec| Upstream::new(spec, Arc::clone(&changed), Some(gate.clone())))
             .collect();
         let prefixed = upstreams.len() > 1;
         let inner = Arc::new(Inner {
@@ -241,10 +240,23 @@ impl Toolset for Gateway {
                 )));
             };
             let read_only = read_only(snapshot.catalog.get(call.name));
-            let progress = call.peer.clone().zip(call.progress_token.clone());
-            self.inner.upstreams[index]
-                .call(&tool, call.arguments, progress, read_only)
-                .await
+            let progress = call
+                .caller
+                .as_ref()
+                .map(|c| c.peer.clone())
+                .zip(call.progress_token.clone());
+            let asker = call.caller.map(|caller| Asker {
+                caller,
+                gate: call.gate.clone(),
+                name: call.name.to_owned(),
+            });
+            let round = self.inner.upstreams[index]
+                .call(&tool, call.arguments, progress, read_only, asker.as_ref())
+                .await?;
+            match round {
+                Round::Done(result) => Ok(result),
+                Round::Asks(asks) => Err(CallError::NeedsInput(Box::new(asks))),
+            }
         })
     }
 
@@ -274,10 +286,11 @@ impl Toolset for Gateway {
             let mut args = arguments.clone();
             args.extend(rule.dry_run_args.clone());
             let timeout = rule.timeout.unwrap_or(policy.defaults().timeout);
-            let call = upstream.call(upstream_name, args, None, true);
+            let call = upstream.call(upstream_name, args, None, true, None);
             let answer = match tokio::time::timeout(timeout, call).await {
-                Ok(Ok(result)) => serde_json::to_value(&result).unwrap_or(Value::Null),
-                Ok(Err(error)) => json!({"error": format!("{error:?}")}),
+                Ok(Ok(Round::Done(result))) => serde_json::to_value(&result).unwrap_or(Value::Null),
+                Ok(Ok(Round::Asks(_))) => json!({"error": "it asked for the caller's input"}),
+                Ok(Err(error)) => json!({"error": error.to_string()}),
                 Err(_) => json!({"error": "timed out"}),
             };
             Some(json!({
@@ -322,110 +335,5 @@ impl Gateway {
                 .and_then(|rest| rest.strip_prefix(PREFIX_SEPARATOR))
                 .map(|own| (u, own))
         })
-    }
-}
-
-impl Passthrough for Gateway {
-    fn prompts(&self) -> PassFuture<'_, Vec<Prompt>> {
-        Box::pin(async move {
-            let mut all = Vec::new();
-            for upstream in &self.inner.upstreams {
-                let Ok(peer) = upstream.peer() else { continue };
-                match peer.list_all_prompts().await {
-                    Ok(prompts) => all.extend(prompts.into_iter().map(|mut p| {
-                        p.name = exposed_name(upstream.name(), &p.name, self.inner.prefixed);
-                        p
-                    })),
-                    // An upstream without prompts says so with an error; that is not ours.
-                    Err(error) => {
-                        tracing::debug!(upstream = upstream.name(), error = %error, "prompts/list")
-                    }
-                }
-            }
-            Ok(all)
-        })
-    }
-
-    fn get_prompt(&self, params: GetPromptRequestParams) -> PassFuture<'_, GetPromptResult> {
-        Box::pin(async move { self.prompt(params).await.map_err(|e| e.to_string()) })
-    }
-
-    fn resources(&self) -> PassFuture<'_, Vec<Resource>> {
-        Box::pin(async move {
-            let mut all = Vec::new();
-            for upstream in &self.inner.upstreams {
-                let Ok(peer) = upstream.peer() else { continue };
-                match peer.list_all_resources().await {
-                    Ok(resources) => all.extend(resources),
-                    Err(error) => {
-                        tracing::debug!(upstream = upstream.name(), error = %error, "resources/list")
-                    }
-                }
-            }
-            Ok(all)
-        })
-    }
-
-    fn read_resource(
-        &self,
-        params: ReadResourceRequestParams,
-    ) -> PassFuture<'_, ReadResourceResult> {
-        Box::pin(async move { self.resource(params).await.map_err(|e| e.to_string()) })
-    }
-}
-
-/// The pass-through requests that can fail, typed; the [`Passthrough`] methods word them for the
-/// server (its `PassFuture` error is the sentence it logs and answers with).
-impl Gateway {
-    async fn prompt(
-        &self,
-        mut params: GetPromptRequestParams,
-    ) -> Result<GetPromptResult, PassError> {
-        let (upstream, own) = self
-            .route(&params.name)
-            .ok_or_else(|| PassError::NoPrompt {
-                name: params.name.clone(),
-            })?;
-        params.name = own.to_owned();
-        let peer = upstream.peer()?;
-        peer.get_prompt(params)
-            .await
-            .map_err(|error| PassError::Upstream {
-                upstream: upstream.name().to_owned(),
-                error,
-            })
-    }
-
-    async fn resource(
-        &self,
-        params: ReadResourceRequestParams,
-    ) -> Result<ReadResourceResult, PassError> {
-        // One upstream: it owns every URI. Several: the one that lists it.
-        let mut owner = None;
-        if let [only] = self.inner.upstreams.as_slice() {
-            owner = Some(only);
-        } else {
-            for upstream in &self.inner.upstreams {
-                let Ok(peer) = upstream.peer() else { continue };
-                if peer
-                    .list_all_resources()
-                    .await
-                    .is_ok_and(|list| list.iter().any(|r| r.uri == params.uri))
-                {
-                    owner = Some(upstream);
-                    break;
-                }
-            }
-        }
-        let upstream = owner.ok_or_else(|| PassError::NoResource {
-            uri: params.uri.clone(),
-        })?;
-        let peer = upstream.peer()?;
-        peer.read_resource(params)
-            .await
-            .map_err(|error| PassError::Upstream {
-                upstream: upstream.name().to_owned(),
-                error,
-            })
     }
 }

@@ -9,6 +9,11 @@
 //! it (`progress.rs`); a caller that cancels (or a timeout) sends `notifications/cancelled`
 //! upstream.
 
+#![expect(
+    deprecated,
+    reason = "MCP 2026-07-28 deprecates logging, sampling, roots and resources/subscribe; the revisions before it, which the gateway passes through, have them"
+)]
+
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -16,24 +21,31 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotification,
-    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest,
-    ProgressNotificationParam, ProtocolVersion, RequestId, ServerNotification, ServerResult,
-    SubscriptionFilter, Tool,
+    CancelledNotificationParam, ClientCapabilities, ClientConfig, ClientRequest, ClientResult,
+    CreateMessageRequest, CreateMessageRequestParams, CreateMessageResult, ElicitRequest,
+    ElicitRequestParams, ElicitResult, ElicitationCapability, ListRootsRequest, ListRootsResult,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProtocolVersion, RequestId,
+    RequestMetaObject, ResourceUpdatedNotificationParam, RootsCapabilities, SamplingCapability,
+    ServerNotification, ServerRequest, ServerResult, SubscriptionFilter, Tool,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
-    PeerRequestOptions, ServiceError,
+    PeerRequestOptions, RequestContext, ServiceError,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, RoleClient};
+use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::Notify;
 
+use toolgate_core::policy::ClientRequest as Question;
+
 use super::error::{ConnectError, PassError};
 use super::progress::{self, Routes};
+use super::relay::{self, Asker, Input, Relay, Round};
 use super::spec::{Target, UpstreamSpec};
+use crate::corridor::Gate;
 use crate::lock;
 use crate::toolset::CallError;
 
@@ -60,11 +72,17 @@ pub struct Upstream {
     tried: tokio::sync::watch::Sender<bool>,
     /// It answered discover with only `initialize` revisions: use `initialize` from now on.
     legacy_only: AtomicBool,
+    /// Its requests of the caller, and the sessions that listen to it.
+    relay: Arc<Relay>,
+    /// The gateway's gate: what may be asked of callers, and the redaction of what it says.
+    gate: Option<Gate>,
 }
 
 impl Upstream {
-    pub(super) fn new(spec: UpstreamSpec, changed: Arc<Notify>) -> Arc<Self> {
+    pub(super) fn new(spec: UpstreamSpec, changed: Arc<Notify>, gate: Option<Gate>) -> Arc<Self> {
         Arc::new(Self {
+            relay: Arc::default(),
+            gate,
             spec,
             peer: Mutex::new(None),
             tools: Arc::new(RwLock::new(Arc::new(Vec::new()))),
@@ -108,7 +126,7 @@ impl Upstream {
     /// # Errors
     /// The upstream could not be started, did not complete the handshake or tools/list.
     pub async fn probe(spec: UpstreamSpec) -> Result<Vec<Tool>, ConnectError> {
-        let upstream = Self::new(spec, Arc::new(Notify::new()));
+        let upstream = Self::new(spec, Arc::new(Notify::new()), None);
         let service = tokio::time::timeout(CONNECT_TIMEOUT, upstream.connect())
             .await
             .map_err(|_| ConnectError::Timeout(CONNECT_TIMEOUT))??;
@@ -212,6 +230,8 @@ impl Upstream {
             tools: Arc::clone(&self.tools),
             routes: Arc::clone(&self.routes),
             changed: Arc::clone(&self.changed),
+            relay: Arc::clone(&self.relay),
+            gate: self.gate.clone(),
         };
         match &self.spec.target {
             Target::Command {
@@ -265,14 +285,96 @@ impl Upstream {
     }
 
     /// Forwards one call. `read_only`: the tool says it changes nothing, so losing the
-    /// connection mid-call is a plain failure rather than an unknown outcome.
+    /// connection mid-call is a plain failure rather than an unknown outcome. With an `asker`,
+    /// the upstream's questions go to that caller ([`Relay::drive`]).
     pub(super) async fn call(
         &self,
         tool: &str,
         arguments: Map<String, Value>,
         progress: Option<progress::Target>,
         read_only: bool,
-    ) -> Result<CallToolResult, CallError> {
+        asker: Option<&Asker>,
+    ) -> Result<Round<CallToolResult>, CallError> {
+        let once = |input: Input| {
+            let arguments = arguments.clone();
+            let progress = progress.clone();
+            async move {
+                let mut params =
+                    CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+                params.input_responses = input.0;
+                params.request_state = input.1;
+                let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+                match self.send(request, asker, progress, read_only).await? {
+                    ServerResult::CallToolResult(result) => Ok(Round::Done(result)),
+                    ServerResult::InputRequiredResult(asks) => Ok(Round::Asks(asks)),
+                    ServerResult::CreateTaskResult(_) => Err(CallError::Failed(format!(
+                        "upstream {} answered with a task, which the gateway does not pass through",
+                        self.spec.name
+                    ))),
+                    _ => Err(CallError::Failed(format!(
+                        "upstream {} answered tools/call with something else",
+                        self.spec.name
+                    ))),
+                }
+            }
+        };
+        match asker {
+            Some(asker) => self.relay.drive(&self.spec.name, asker, once).await,
+            None => once((None, None)).await,
+        }
+    }
+
+    /// A request other than `tools/call` (prompts, resources, completion, logging,
+    /// subscriptions), answered with the upstream's result or its own error, redacted.
+    pub(super) async fn request(
+        &self,
+        request: ClientRequest,
+        asker: Option<&Asker>,
+    ) -> Result<ServerResult, ErrorData> {
+        self.send(request, asker, None, true)
+            .await
+            .map_err(|error| match error {
+                CallError::Rejected(error) => error,
+                other => ErrorData::internal_error(other.to_string(), None),
+            })
+    }
+
+    /// A request with `input_responses`/`request_state` that may be answered `input_required`,
+    /// sent until done, the questions going to `asker` ([`Relay::drive`]).
+    pub(super) async fn request_with_input<T>(
+        &self,
+        asker: &Asker,
+        build: impl Fn(Input) -> ClientRequest,
+        done: impl Fn(ServerResult) -> Option<T>,
+    ) -> Result<Round<T>, ErrorData> {
+        let once = |input: Input| {
+            let request = build(input);
+            let done = &done;
+            async move {
+                match self.request(request, Some(asker)).await? {
+                    ServerResult::InputRequiredResult(asks) => Ok(Round::Asks(asks)),
+                    other => done(other).map(Round::Done).ok_or_else(|| {
+                        ErrorData::internal_error(
+                            format!("upstream {} answered with something else", self.spec.name),
+                            None,
+                        )
+                    }),
+                }
+            }
+        };
+        self.relay.drive(&self.spec.name, asker, once).await
+    }
+
+    /// Sends one request and waits for its answer: the caller's capabilities (as the policy
+    /// lets them through) in a 2026-07-28 request's `_meta`, its progress routed back, its
+    /// questions related to it, and a cancellation sent upstream if the wait is abandoned.
+    async fn send(
+        &self,
+        request: ClientRequest,
+        asker: Option<&Asker>,
+        progress: Option<progress::Target>,
+        read_only: bool,
+    ) -> Result<ServerResult, CallError> {
         let Some(peer) = lock(&self.peer).clone() else {
             let why = lock(&self.down_because).clone();
             return Err(CallError::Unavailable(format!(
@@ -280,14 +382,21 @@ impl Upstream {
                 self.spec.name
             )));
         };
-        let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
-        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let mut options = PeerRequestOptions::no_options();
+        if let Some(asker) = asker
+            && speaks_modern(&peer)
+        {
+            let offered = relay::offered(&asker.gate, &self.spec.name, &asker.caller.capabilities);
+            let mut meta = RequestMetaObject::new();
+            meta.set_client_capabilities(offered);
+            options.meta = Some(meta);
+        }
         let handle = peer
-            .send_cancellable_request(request, PeerRequestOptions::no_options())
+            .send_cancellable_request(request, options)
             .await
             .map_err(|e| {
                 CallError::Unavailable(format!(
-                    "upstream {} did not take the call ({e}); nothing was sent",
+                    "upstream {} did not take the request ({e}); nothing was sent",
                     self.spec.name
                 ))
             })?;
@@ -295,6 +404,7 @@ impl Upstream {
             .routes
             .register(handle.progress_token.clone(), progress)
             .await;
+        let _waiting = asker.map(|asker| self.relay.wait(handle.id.clone(), asker.clone()));
         let mut cancel = CancelOnDrop {
             peer: Some(peer),
             id: handle.id.clone(),
@@ -303,23 +413,8 @@ impl Upstream {
         cancel.peer = None;
         route.finish().await;
         match response {
-            Ok(ServerResult::CallToolResult(result)) => Ok(result),
-            Ok(ServerResult::InputRequiredResult(_)) => Err(CallError::Failed(format!(
-                "upstream {} asked the caller for input, which the gateway does not pass through",
-                self.spec.name
-            ))),
-            Ok(ServerResult::CreateTaskResult(_)) => Err(CallError::Failed(format!(
-                "upstream {} answered with a task, which the gateway does not pass through",
-                self.spec.name
-            ))),
-            Ok(_) => Err(CallError::Failed(format!(
-                "upstream {} answered tools/call with something else",
-                self.spec.name
-            ))),
-            Err(ServiceError::McpError(error)) => Err(CallError::Failed(format!(
-                "upstream {}: {}",
-                self.spec.name, error.message
-            ))),
+            Ok(result) => Ok(result),
+            Err(ServiceError::McpError(error)) => Err(CallError::Rejected(self.redacted(error))),
             Err(error) if read_only => Err(CallError::Failed(format!(
                 "upstream {} was lost mid-call ({error})",
                 self.spec.name
@@ -330,20 +425,145 @@ impl Upstream {
             ))),
         }
     }
+
+    /// The upstream's own error, its message and data redacted.
+    fn redacted(&self, mut error: ErrorData) -> ErrorData {
+        if let Some(gate) = &self.gate {
+            let redactor = gate.redactor();
+            error.message = redactor.redact(&error.message).into_owned().into();
+            error.data = error.data.as_ref().map(|d| redactor.redact_value(d));
+        }
+        error
+    }
+
+    /// Tells the upstream a session listens to its log messages, and at which level.
+    pub(super) fn relay(&self) -> &Relay {
+        &self.relay
+    }
+
+    /// What the upstream declared it offers, once connected.
+    pub(super) fn capabilities(&self) -> Option<rmcp::model::ServerCapabilities> {
+        lock(&self.peer)
+            .as_ref()
+            .and_then(Peer::peer_info)
+            .map(|info| info.capabilities.clone())
+    }
 }
 
-/// What the gateway answers an upstream with: who it is, and notifications it acts on.
+/// Whether the connection speaks 2026-07-28 (per-request `_meta` carries the caller's
+/// capabilities).
+fn speaks_modern(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info().is_some_and(|info| {
+        info.protocol_version.as_str() >= ProtocolVersion::V_2026_07_28.as_str()
+    })
+}
+
+/// What the gateway answers an upstream with: who it is, what its callers may be asked, and
+/// the notifications it acts on.
 #[derive(Debug)]
 struct Handler {
     upstream: String,
     tools: Arc<RwLock<Arc<Vec<Tool>>>>,
     routes: Arc<Routes>,
     changed: Arc<Notify>,
+    relay: Arc<Relay>,
+    gate: Option<Gate>,
+}
+
+impl Handler {
+    /// Passes one of the upstream's requests to the caller it belongs to.
+    async fn ask(
+        &self,
+        kind: Question,
+        request: ServerRequest,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<ClientResult, ErrorData> {
+        self.relay
+            .ask(&self.upstream, kind, request, &context.extensions)
+            .await
+    }
+}
+
+/// The answer the caller gave was not the kind asked for.
+fn mismatched(method: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!("{method}: the caller answered with something else"),
+        None,
+    )
 }
 
 impl ClientHandler for Handler {
+    /// On an `initialize` session the capabilities are declared once for every caller: each
+    /// kind the policy passes from this upstream (a caller that cannot answer one is refused
+    /// when it is asked). A 2026-07-28 request carries its own caller's.
     fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(ClientCapabilities::default(), crate::implementation())
+        let mut capabilities = ClientCapabilities::default();
+        if let Some(gate) = &self.gate {
+            let policy = gate.policy();
+            if policy.passes_request(Question::Sampling, &self.upstream) {
+                capabilities.sampling = Some(SamplingCapability::default());
+            }
+            if policy.passes_request(Question::Elicitation, &self.upstream) {
+                capabilities.elicitation = Some(ElicitationCapability::default());
+            }
+            if policy.passes_request(Question::Roots, &self.upstream) {
+                capabilities.roots = Some(RootsCapabilities::default());
+            }
+        }
+        ClientConfig::new(capabilities, crate::implementation())
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match self.ask(Question::Sampling, request, &context).await? {
+            ClientResult::CreateMessageResult(result) => Ok(*result),
+            _ => Err(mismatched("sampling/createMessage")),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match self.ask(Question::Elicitation, request, &context).await? {
+            ClientResult::ElicitResult(result) => Ok(result),
+            _ => Err(mismatched("elicitation/create")),
+        }
+    }
+
+    async fn list_roots(
+        &self,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ListRootsResult, ErrorData> {
+        let request = ServerRequest::ListRootsRequest(ListRootsRequest::default());
+        match self.ask(Question::Roots, request, &context).await? {
+            ClientResult::ListRootsResult(result) => Ok(result),
+            _ => Err(mismatched("roots/list")),
+        }
+    }
+
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(gate) = &self.gate {
+            self.relay.log(params, gate).await;
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.relay.updated(params).await;
     }
 
     async fn on_progress(

@@ -6,17 +6,26 @@
 //! per-request `_meta`, `resultType`, -32022 and the `initialize` handshake all come from the SDK;
 //! this type narrows the version list on purpose and names itself in `serverInfo`.
 
+#![expect(
+    deprecated,
+    reason = "MCP 2026-07-28 deprecates logging, sampling, roots and resources/subscribe; the revisions before it, which the gateway passes through, have them"
+)]
+
 mod resolutions;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, GetPromptRequestMethod,
-    GetPromptRequestParams, GetPromptResponse, ListPromptsRequestMethod, ListPromptsResult,
-    ListResourcesRequestMethod, ListResourcesResult, ListToolsResult, MetaObject,
-    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestMethod, ReadResourceRequestParams,
-    ReadResourceResponse, ResultType, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestMethod,
+    CompleteRequestParams, CompleteResult, GetPromptRequestMethod, GetPromptRequestParams,
+    GetPromptResponse, InputResponses, ListPromptsRequestMethod, ListPromptsResult,
+    ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod,
+    ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestMethod, ReadResourceRequestParams, ReadResourceResponse, Reference,
+    ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestMethod,
+    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestMethod,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -29,7 +38,7 @@ pub use resolutions::audit_resolutions;
 use crate::corridor::{CallState, Corridor, from_upstream};
 pub use crate::corridor::{Gate, RateLimits, request_label};
 
-use crate::toolset::{PassFuture, Passthrough, Toolset};
+use crate::toolset::{Caller, PassFuture, Passthrough, Toolset};
 
 /// Every revision this server speaks: the stateless 2026-07-28 and the four `initialize` revisions.
 pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
@@ -179,12 +188,28 @@ impl ServerHandler for GateServer {
             .enable_tools()
             .enable_prompts()
             .enable_resources()
+            .enable_completions()
+            .enable_logging()
             .build();
+        let features = self
+            .toolset
+            .passthrough()
+            .map(Passthrough::features)
+            .unwrap_or_default();
         if !self.passes(Kind::Prompts) {
             capabilities.prompts = None;
         }
-        if !self.passes(Kind::Resources) {
+        if self.passes(Kind::Resources) {
+            if let Some(resources) = capabilities.resources.as_mut() {
+                resources.subscribe = features.subscribe.then_some(true);
+            }
+        } else {
             capabilities.resources = None;
+        }
+        // Completions are of a prompt's or a resource template's arguments: only with one of them.
+        let completes = self.passes(Kind::Prompts) || self.passes(Kind::Resources);
+        if !(completes && features.completions) {
+            capabilities.completions = None;
         }
         if self.toolset.changes().is_some()
             && let Some(tools) = capabilities.tools.as_mut()
@@ -280,7 +305,7 @@ impl ServerHandler for GateServer {
             return Err(ErrorData::method_not_found::<ListPromptsRequestMethod>());
         };
         let policy = self.gate.policy();
-        let prompts = pass.prompts().await.map_err(|e| self.unavailable(&e))?;
+        let prompts = pass.prompts().await?;
         let allowed = prompts
             .into_iter()
             .filter(|p| policy.prompt_allowed(&p.name));
@@ -299,11 +324,16 @@ impl ServerHandler for GateServer {
         }
         let kind = ("prompts/get", "prompt", "passthrough.prompts");
         let gate = self.gate_for(&context);
+        let input = (
+            request.input_responses.clone(),
+            request.request_state.clone(),
+        );
+        let caller = caller(&context, input);
+        let own = gate.clone().into_owned();
         self.pass_through(&gate, kind, name, allowed, move |pass| {
-            pass.get_prompt(request)
+            pass.get_prompt(request, caller, own)
         })
         .await
-        .map(GetPromptResponse::Complete)
     }
 
     async fn list_resources(
@@ -315,11 +345,109 @@ impl ServerHandler for GateServer {
             return Err(ErrorData::method_not_found::<ListResourcesRequestMethod>());
         };
         let policy = self.gate.policy();
-        let resources = pass.resources().await.map_err(|e| self.unavailable(&e))?;
+        let resources = pass.resources().await?;
         let allowed = resources
             .into_iter()
             .filter(|r| policy.resource_allowed(&r.uri));
         Ok(ListResourcesResult::with_all_items(allowed.collect()))
+    }
+
+    /// Templates whose URI template the policy's resource patterns cover.
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let Some(pass) = self.passthrough(Kind::Resources) else {
+            return Err(ErrorData::method_not_found::<
+                ListResourceTemplatesRequestMethod,
+            >());
+        };
+        let policy = self.gate.policy();
+        let templates = pass.resource_templates().await?;
+        let allowed = templates
+            .into_iter()
+            .filter(|t| policy.resource_allowed(&t.uri_template));
+        Ok(ListResourceTemplatesResult::with_all_items(
+            allowed.collect(),
+        ))
+    }
+
+    /// Completion of a prompt's or a template's argument, for what the policy passes.
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let policy = self.gate.policy();
+        let (kind, name) = match &request.r#ref {
+            Reference::Prompt(prompt) => (Kind::Prompts, prompt.name.clone()),
+            Reference::Resource(resource) => (Kind::Resources, resource.uri.clone()),
+            _ => return Err(ErrorData::invalid_params("unknown reference type", None)),
+        };
+        if self.passthrough(kind).is_none() || self.get_info().capabilities.completions.is_none() {
+            return Err(ErrorData::method_not_found::<CompleteRequestMethod>());
+        }
+        let allowed = match kind {
+            Kind::Prompts => policy.prompt_allowed(&name),
+            Kind::Resources => policy.resource_allowed(&name),
+        };
+        let what = (
+            "completion/complete",
+            "reference",
+            "passthrough.completions",
+        );
+        let gate = self.gate_for(&context);
+        self.pass_through(&gate, what, name, allowed, move |pass| {
+            pass.complete(request)
+        })
+        .await
+    }
+
+    /// Accepted on every server (it declares `logging`); the gateway's upstreams are told, and
+    /// their log messages reach the sessions that asked for them.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        match self.toolset.passthrough() {
+            Some(pass) => {
+                pass.set_level(request, caller(&context, (None, None)))
+                    .await
+            }
+            None => Ok(()),
+        }
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some(pass) = self.passthrough(Kind::Resources) else {
+            return Err(ErrorData::method_not_found::<SubscribeRequestMethod>());
+        };
+        if !self.gate.policy().resource_allowed(&request.uri) {
+            return Err(ErrorData::invalid_params(
+                format!("resource not found: {}", request.uri),
+                Some(serde_json::json!({"uri": request.uri})),
+            ));
+        }
+        pass.subscribe(request, caller(&context, (None, None)))
+            .await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let Some(pass) = self.passthrough(Kind::Resources) else {
+            return Err(ErrorData::method_not_found::<UnsubscribeRequestMethod>());
+        };
+        pass.unsubscribe(request, caller(&context, (None, None)))
+            .await
     }
 
     async fn read_resource(
@@ -334,11 +462,16 @@ impl ServerHandler for GateServer {
         }
         let kind = ("resources/read", "resource", "passthrough.resources");
         let gate = self.gate_for(&context);
+        let input = (
+            request.input_responses.clone(),
+            request.request_state.clone(),
+        );
+        let caller = caller(&context, input);
+        let own = gate.clone().into_owned();
         self.pass_through(&gate, kind, uri, allowed, move |pass| {
-            pass.read_resource(request)
+            pass.read_resource(request, caller, own)
         })
         .await
-        .map(ReadResourceResponse::Complete)
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -372,14 +505,18 @@ impl GateServer {
         let arguments = request.arguments.unwrap_or_default();
         let gate = self.gate_for(&context);
         let corridor = Corridor::new(&gate, self.toolset.as_ref(), &request.name);
+        let input = (request.input_responses, request.request_state);
         let call = CallState::new(
             &request.name,
             arguments,
             context.ct.clone(),
             self.shutdown.clone(),
         )
-        .with_peer(context.peer.clone(), context.meta.get_progress_token());
-        let mut result = corridor.call(call).await?;
+        .with_caller(caller(&context, input), context.meta.get_progress_token());
+        let mut result = match corridor.call(call).await? {
+            CallToolResponse::Complete(result) => result,
+            other => return Ok(other),
+        };
         if is_modern(&context) {
             // Ours joins what the result carries (the gate's replay and untrusted marks).
             let mut meta = result.meta.take().unwrap_or_default();
@@ -435,9 +572,10 @@ impl GateServer {
         let Some(pass) = self.toolset.passthrough().filter(|_| allowed) else {
             // Refused either way; a lost record is logged by `record`.
             let _ = audit(Decision::Deny, Outcome::NotExecuted).await;
+            let data = (what == "resource").then(|| serde_json::json!({"uri": name}));
             return Err(ErrorData::invalid_params(
                 format!("{what} not found: {name}"),
-                None,
+                data,
             ));
         };
         let result = fetch(pass).await;
@@ -449,14 +587,22 @@ impl GateServer {
         if let Err(unavailable) = audit(Decision::Allow, outcome).await {
             return Err(ErrorData::internal_error(unavailable.to_string(), None));
         }
-        result.map_err(|e| self.unavailable(&e))
+        result
     }
+}
 
-    /// A pass-through that could not be served: the reason, with secrets removed, as -32603.
-    fn unavailable(&self, why: &str) -> ErrorData {
-        let why = self.gate.redactor().redact(why).into_owned();
-        tracing::warn!(reason = %why, "pass-through request failed");
-        ErrorData::internal_error(why, None)
+/// The client behind `context`, with the answers and state of an `input_required` retry.
+fn caller(
+    context: &RequestContext<RoleServer>,
+    (input_responses, request_state): (Option<InputResponses>, Option<String>),
+) -> Caller {
+    Caller {
+        peer: context.peer.clone(),
+        request_id: context.id.clone(),
+        modern: is_modern(context),
+        capabilities: context.client_capabilities().unwrap_or_default(),
+        input_responses,
+        request_state,
     }
 }
 

@@ -4,6 +4,11 @@
 //! call the gate admitted. Each handler repeats the policy check before touching anything (defence in
 //! depth, seed 000) and makes its effect and its audit record durable before it answers.
 
+#![expect(
+    deprecated,
+    reason = "MCP 2026-07-28 deprecates logging, sampling, roots and resources/subscribe; the revisions before it, which the gateway passes through, have them"
+)]
+
 mod catalog;
 mod docs;
 mod helpdesk;
@@ -18,10 +23,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolResult, GetPromptRequestParams, GetPromptResult, ProgressToken, Prompt,
-    ReadResourceRequestParams, ReadResourceResult, Resource,
+    CallToolResult, ClientCapabilities, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, InputResponses, ProgressToken,
+    Prompt, ReadResourceRequestParams, ReadResourceResponse, RequestId, Resource, ResourceTemplate,
+    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
-use rmcp::{Peer, RoleServer};
+use rmcp::{ErrorData, Peer, RoleServer};
 use serde_json::{Map, Value};
 
 pub use catalog::{Catalog, Withheld};
@@ -55,6 +62,29 @@ pub enum CallError {
     Unavailable(String),
     /// The call may or may not have taken effect (an upstream vanished mid-call).
     InDoubt(String),
+    /// The tool cannot finish without the caller's input (an upstream's `input_required`
+    /// result): the caller answers and retries.
+    NeedsInput(Box<InputRequiredResult>),
+    /// The backend refused the request at the protocol level (an upstream's own JSON-RPC
+    /// error): passed on with its code, message and data, already redacted.
+    Rejected(ErrorData),
+}
+
+impl From<ErrorData> for CallError {
+    fn from(error: ErrorData) -> Self {
+        Self::Rejected(error)
+    }
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Refused { denial, .. } => write!(f, "refused by rule {}", denial.rule),
+            Self::Failed(why) | Self::Unavailable(why) | Self::InDoubt(why) => f.write_str(why),
+            Self::NeedsInput(_) => f.write_str("the caller's input is required"),
+            Self::Rejected(error) => f.write_str(&error.message),
+        }
+    }
 }
 
 impl CallError {
@@ -87,10 +117,28 @@ pub struct Call<'a> {
     /// Cancelled when the client cancels the request or the tool's timeout passes; a handler that
     /// waits on anything should watch it.
     pub ct: CancellationToken,
-    /// The caller's connection, for progress notifications on this request.
-    pub peer: Option<Peer<RoleServer>>,
+    /// The client behind the request, when there is a connection to it.
+    pub caller: Option<Caller>,
     /// The caller's progress token, when it asked for progress.
     pub progress_token: Option<ProgressToken>,
+}
+
+/// The client behind one request: where notifications and requests back to it go, which protocol
+/// era it speaks and what it can answer (an upstream's questions are passed to it only as it
+/// allows).
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub peer: Peer<RoleServer>,
+    /// The request being served, which requests back to the client are sent in relation to.
+    pub request_id: RequestId,
+    /// It speaks 2026-07-28 (no requests from the server: questions travel as `input_required`).
+    pub modern: bool,
+    /// What it declared (at `initialize`, or in this request's `_meta`).
+    pub capabilities: ClientCapabilities,
+    /// A retry after `input_required`: the answers, keyed as the questions were.
+    pub input_responses: Option<InputResponses>,
+    /// A retry after `input_required`: the state the server gave, echoed.
+    pub request_state: Option<String>,
 }
 
 /// The future a toolset returns for a dry run.
@@ -140,19 +188,48 @@ pub trait Toolset: Debug + Send + Sync + 'static {
     }
 }
 
-/// A boxed future of a pass-through request; the error is a sentence for the log and the client.
-pub type PassFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, String>> + Send + 'a>>;
+/// A boxed future of a pass-through request; the error is what the client gets (an upstream's own
+/// error keeps its code, message and data, redacted).
+pub type PassFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ErrorData>> + Send + 'a>>;
 
 /// Upstream prompts and resources, listed and fetched on the caller's behalf. Names and URIs are
 /// as the client sees them (prefixed when there are several upstreams).
 pub trait Passthrough: Send + Sync {
     fn prompts(&self) -> PassFuture<'_, Vec<Prompt>>;
-    fn get_prompt(&self, params: GetPromptRequestParams) -> PassFuture<'_, GetPromptResult>;
+    /// `gate`: the caller's, which decides and audits what the upstream asks of it.
+    fn get_prompt(
+        &self,
+        params: GetPromptRequestParams,
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, GetPromptResponse>;
     fn resources(&self) -> PassFuture<'_, Vec<Resource>>;
+    fn resource_templates(&self) -> PassFuture<'_, Vec<ResourceTemplate>>;
     fn read_resource(
         &self,
         params: ReadResourceRequestParams,
-    ) -> PassFuture<'_, ReadResourceResult>;
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, ReadResourceResponse>;
+    /// `completion/complete` for a prompt's or a resource template's argument.
+    fn complete(&self, params: CompleteRequestParams) -> PassFuture<'_, CompleteResult>;
+    /// `logging/setLevel`: the caller's session receives the upstreams' log messages at this
+    /// level and above.
+    fn set_level(&self, params: SetLevelRequestParams, caller: Caller) -> PassFuture<'_, ()>;
+    /// `resources/subscribe`: the caller's session is told when the resource changes.
+    fn subscribe(&self, params: SubscribeRequestParams, caller: Caller) -> PassFuture<'_, ()>;
+    fn unsubscribe(&self, params: UnsubscribeRequestParams, caller: Caller) -> PassFuture<'_, ()>;
+    /// What the upstreams offer of the optional features (`completions`, `logging`, resource
+    /// subscriptions), so that the server declares no more than works.
+    fn features(&self) -> Features;
+}
+
+/// Optional features some upstream offers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Features {
+    pub completions: bool,
+    pub logging: bool,
+    pub subscribe: bool,
 }
 
 /// What the command line tells the built-in toolsets beyond their data directory.

@@ -1,7 +1,7 @@
 //! Every [`Answer`] on the wire, asserted with its audit decision/outcome and `executed` in one
 //! row, against DESIGN.md §4 and the README's table: one table, so the three can never disagree.
 
-use rmcp::model::{CallToolResult, ContentBlock};
+use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
 use serde_json::{Value, json};
 use toolgate_core::answer::{Pending, PersonRefusal};
 use toolgate_core::audit::{Decision, Outcome};
@@ -16,6 +16,7 @@ enum Seen {
     RpcError(i32),
     ErrorResult(Value),
     Result,
+    InputRequired,
     Nothing,
 }
 
@@ -23,7 +24,9 @@ fn seen(answer: Answer<CallToolResult>) -> (Seen, Option<CallToolResult>) {
     match to_wire(answer, "pay", "p0") {
         Err(error) if error.code.0 == -32603 => (Seen::Nothing, None),
         Err(error) => (Seen::RpcError(error.code.0), None),
-        Ok(result) if result.is_error == Some(true) => {
+        Ok(CallToolResponse::InputRequired(_)) => (Seen::InputRequired, None),
+        Ok(CallToolResponse::Task(_)) => panic!("the corridor makes no tasks"),
+        Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
             let structured = result.structured_content.clone().unwrap_or_default();
             let meta = result.meta.clone().unwrap_or_default();
             assert_eq!(
@@ -36,7 +39,16 @@ fn seen(answer: Answer<CallToolResult>) -> (Seen, Option<CallToolResult>) {
                 Some(result),
             )
         }
-        Ok(result) => (Seen::Result, Some(result)),
+        Ok(CallToolResponse::Complete(result)) => (Seen::Result, Some(result)),
+        Ok(other) => panic!("not a response the corridor makes: {other:?}"),
+    }
+}
+
+/// The result of a wire form that must be a complete result.
+fn complete(wire: Result<CallToolResponse, rmcp::ErrorData>) -> CallToolResult {
+    match wire {
+        Ok(CallToolResponse::Complete(result)) => result,
+        other => panic!("a complete result, got {other:?}"),
     }
 }
 
@@ -110,6 +122,16 @@ fn every_answer() -> Vec<Answer<CallToolResult>> {
             rule: "approvals_unavailable".to_owned(),
             why: "no queue".to_owned(),
         },
+        Answer::Rejected {
+            code: -32021,
+            message: "the client lacks elicitation".to_owned(),
+            data: Some(json!({"requiredCapabilities": {"elicitation": {}}})),
+        },
+        Answer::InputRequired(json!({
+            "resultType": "input_required",
+            "inputRequests": {"confirm": {"method": "roots/list", "params": {}}},
+            "requestState": "s1",
+        })),
     ]
 }
 
@@ -210,6 +232,18 @@ fn table() -> Vec<(Kind, Seen, Decision, Outcome)> {
             Decision::Deny,
             Outcome::NotExecuted,
         ),
+        (
+            Kind::Rejected,
+            Seen::RpcError(-32021),
+            Decision::Allow,
+            Outcome::Failed,
+        ),
+        (
+            Kind::InputRequired,
+            Seen::InputRequired,
+            Decision::Allow,
+            Outcome::InputRequired,
+        ),
     ]
 }
 
@@ -247,7 +281,7 @@ fn what_may_have_happened_is_never_answered_as_not_executed() {
         },
         Answer::Ran(ok()).unrecorded("the audit log is unavailable"),
     ] {
-        let result = to_wire(answer, "pay", "p0").expect("a result");
+        let result = complete(to_wire(answer, "pay", "p0"));
         let structured = result.structured_content.expect("structured");
         assert_eq!(structured["executed"], json!("unknown"));
         assert!(
@@ -264,7 +298,7 @@ fn what_may_have_happened_is_never_answered_as_not_executed() {
 
 #[test]
 fn a_replay_is_the_stored_result_marked_replay() {
-    let result = to_wire(Answer::Replay(ok()), "pay", "p0").expect("a result");
+    let result = complete(to_wire(Answer::Replay(ok()), "pay", "p0"));
     assert_eq!(result.structured_content, Some(json!({"paid": 49})));
     let meta = result.meta.expect("meta");
     assert_eq!(meta.0["io.toolgate/status"], json!("replay"));
@@ -275,7 +309,7 @@ fn a_tool_that_said_what_happened_keeps_its_word() {
     let mut result =
         CallToolResult::structured_error(json!({"error": "half done", "executed": "unknown"}));
     result.content = vec![ContentBlock::text("half done")];
-    let wire = to_wire(Answer::ToolError(result), "pay", "p0").expect("a result");
+    let wire = complete(to_wire(Answer::ToolError(result), "pay", "p0"));
     assert_eq!(
         wire.structured_content.unwrap()["executed"],
         json!("unknown")

@@ -567,7 +567,7 @@ async fn calls_through_the_toolset_are_scoped_to_the_principal() {
                 principal: &principal,
                 rule: "tools.test",
                 ct: tokio_util::sync::CancellationToken::new(),
-                peer: None,
+                caller: None,
                 progress_token: None,
             };
             desk.call(call).await
