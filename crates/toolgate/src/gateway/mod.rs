@@ -8,6 +8,7 @@
 //! (`pins.rs`); a dry run can be asked of a tool the upstream offers for that purpose.
 
 mod error;
+mod held;
 mod passthrough;
 mod pins;
 mod progress;
@@ -249,6 +250,7 @@ impl Toolset for Gateway {
                 caller,
                 gate: call.gate.clone(),
                 name: call.name.to_owned(),
+                questions: None,
             });
             let round = self.inner.upstreams[index]
                 .call(&tool, call.arguments, progress, read_only, asker.as_ref())

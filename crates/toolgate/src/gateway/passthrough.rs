@@ -68,6 +68,7 @@ impl Passthrough for Gateway {
                 caller,
                 gate,
                 name: params.name.clone(),
+                questions: None,
             };
             let own = own.to_owned();
             let build = |(responses, state): (_, _)| {
@@ -134,6 +135,7 @@ impl Passthrough for Gateway {
                 caller,
                 gate,
                 name: params.uri.clone(),
+                questions: None,
             };
             let build = |(responses, state): (_, _)| {
                 let mut params = params.clone();

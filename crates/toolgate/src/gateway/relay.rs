@@ -34,6 +34,9 @@ use serde_json::{Map, Value};
 use toolgate_core::audit::{Decision, Outcome};
 use toolgate_core::policy::ClientRequest;
 
+use tokio::sync::{mpsc, oneshot};
+
+use super::held::{Holds, Question};
 use crate::corridor::{Gate, from_upstream};
 use crate::lock;
 use crate::toolset::Caller;
@@ -50,6 +53,9 @@ pub(crate) struct Asker {
     pub(crate) gate: Gate,
     /// What the request is about (the tool, prompt or resource), for the audit records.
     pub(crate) name: String,
+    /// For a 2026-07-28 caller of an `initialize`-era upstream: where the upstream's questions
+    /// are parked until the caller comes back with the answer (`held.rs`).
+    pub(crate) questions: Option<mpsc::Sender<Question>>,
 }
 
 /// One answer of an upstream to a request that may ask the caller for input first.
@@ -71,6 +77,8 @@ pub(super) struct Relay {
     listeners: Mutex<Vec<Peer<RoleServer>>>,
     /// Resource URI → the sessions subscribed to it.
     subscribers: Mutex<HashMap<String, Vec<Peer<RoleServer>>>>,
+    /// Calls held open for a 2026-07-28 caller's answer.
+    pub(super) holds: Holds,
 }
 
 /// Removes its request from the relay when the request ends, however it ends.
@@ -129,6 +137,34 @@ impl Relay {
                 None,
             ));
         };
+        if let (true, Some(questions)) = (asker.caller.modern, &asker.questions) {
+            if let Err((refused, rule)) = passes(&asker, upstream, kind) {
+                audit(&asker, upstream, kind, Err(rule)).await;
+                return Err(refused);
+            }
+            audit(&asker, upstream, kind, Ok(())).await;
+            let (answer, answered) = oneshot::channel();
+            let question = Question {
+                kind,
+                request,
+                answer,
+            };
+            if questions.send(question).await.is_err() {
+                return Err(ErrorData::internal_error(
+                    "the caller's call has ended",
+                    None,
+                ));
+            }
+            return answered.await.unwrap_or_else(|_| {
+                Err(ErrorData::internal_error(
+                    format!(
+                        "{}: the caller did not come back with an answer",
+                        kind.method()
+                    ),
+                    None,
+                ))
+            });
+        }
         if asker.caller.modern {
             // A 2026-07-28 caller cannot be asked mid-request; its questions travel in results.
             audit(&asker, upstream, kind, Err(CALLER_RULE)).await;

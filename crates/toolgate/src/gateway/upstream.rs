@@ -42,6 +42,7 @@ use tokio::sync::Notify;
 use toolgate_core::policy::ClientRequest as Question;
 
 use super::error::{ConnectError, PassError};
+use super::held::{Holds, Next, Running};
 use super::progress::{self, Routes};
 use super::relay::{self, Asker, Input, Relay, Round};
 use super::spec::{Target, UpstreamSpec};
@@ -288,13 +289,21 @@ impl Upstream {
     /// connection mid-call is a plain failure rather than an unknown outcome. With an `asker`,
     /// the upstream's questions go to that caller ([`Relay::drive`]).
     pub(super) async fn call(
-        &self,
+        self: &Arc<Self>,
         tool: &str,
         arguments: Map<String, Value>,
         progress: Option<progress::Target>,
         read_only: bool,
         asker: Option<&Asker>,
     ) -> Result<Round<CallToolResult>, CallError> {
+        if let Some(asker) = asker
+            && asker.caller.modern
+            && !self.peer().is_ok_and(|p| speaks_modern(&p))
+        {
+            return self
+                .call_held(tool, arguments, progress, read_only, asker)
+                .await;
+        }
         let once = |input: Input| {
             let arguments = arguments.clone();
             let progress = progress.clone();
@@ -321,6 +330,55 @@ impl Upstream {
         match asker {
             Some(asker) => self.relay.drive(&self.spec.name, asker, once).await,
             None => once((None, None)).await,
+        }
+    }
+
+    /// A call of a 2026-07-28 caller to an `initialize`-era upstream, whose questions are
+    /// asked by request mid-call: the call runs on a task of its own and is held open across
+    /// the caller's `input_required` round trips (`held.rs`).
+    async fn call_held(
+        self: &Arc<Self>,
+        tool: &str,
+        arguments: Map<String, Value>,
+        progress: Option<progress::Target>,
+        read_only: bool,
+        asker: &Asker,
+    ) -> Result<Round<CallToolResult>, CallError> {
+        let holds = &self.relay.holds;
+        let next = match Holds::names(asker.caller.request_state.as_deref()) {
+            Some(name) => {
+                let responses = asker.caller.input_responses.as_ref();
+                holds.resume(name, responses, asker).await?
+            }
+            None => {
+                let (questions, asked) = tokio::sync::mpsc::channel(1);
+                let mut parked = asker.clone();
+                parked.questions = Some(questions);
+                let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+                let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+                let upstream = Arc::clone(self);
+                let task = tokio::spawn(async move {
+                    upstream
+                        .send(request, Some(&parked), progress, read_only)
+                        .await
+                });
+                let running = Running {
+                    task,
+                    questions: asked,
+                };
+                holds.wait(running, asker).await
+            }
+        };
+        match next {
+            Next::Done(done) => match *done {
+                Ok(ServerResult::CallToolResult(result)) => Ok(Round::Done(result)),
+                Ok(_) => Err(CallError::Failed(format!(
+                    "upstream {} answered tools/call with something else",
+                    self.spec.name
+                ))),
+                Err(error) => Err(error),
+            },
+            Next::Asks(asks) => Ok(Round::Asks(*asks)),
         }
     }
 
