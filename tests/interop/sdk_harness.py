@@ -88,7 +88,12 @@ async def recorded(
         async with to_client:
             async for msg in server_read:
                 transcript.append(("<-", _dump(msg)))
-                await to_client.send(msg)
+                try:
+                    await to_client.send(msg)
+                except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    # The client closed while a notification was on its way (a server may log
+                    # after its last answer); it is recorded, and nobody is left to read it.
+                    return
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(upstream)
@@ -107,12 +112,18 @@ def _dump(msg: SessionMessage | Exception) -> str:
 
 @asynccontextmanager
 async def connect(
-    params: StdioServerParameters, mode: str, timeout: float, errlog: TextIO, transcript: Transcript
+    params: StdioServerParameters,
+    mode: str,
+    timeout: float,
+    errlog: TextIO,
+    transcript: Transcript,
+    **options: Any,
 ) -> AsyncIterator[Client]:
-    """A client in `mode` over the recorded transport; the whole session must end within `timeout`."""
+    """A client in `mode` over the recorded transport; the whole session must end within `timeout`.
+    `options` go to the SDK's `Client` (its sampling, elicitation, roots and logging callbacks)."""
     with anyio.fail_after(timeout):
         transport = tapped_stdio(params, errlog, transcript)
-        async with Client(transport, mode=mode, read_timeout_seconds=timeout) as client:
+        async with Client(transport, mode=mode, read_timeout_seconds=timeout, **options) as client:
             yield client
 
 

@@ -7,7 +7,8 @@
 //! `input_required` result (answered for a legacy caller, passed to a 2026-07-28 one,
 //! [`super::relay`]), or its own JSON-RPC error with code, message and data kept (redacted). Lists
 //! gather every upstream that declares the feature; one that fails to list is left out and logged,
-//! since a list is not a request for any one upstream's item.
+//! since a list is not a request for any one upstream's item. A result from an `initialize`-era
+//! upstream gets the `resultType` 2026-07-28 requires (rmcp removes it again for legacy callers).
 
 #![expect(
     deprecated,
@@ -21,8 +22,8 @@ use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
     GetPromptRequestParams, GetPromptResponse, Prompt, ReadResourceRequest,
     ReadResourceRequestParams, ReadResourceResponse, Reference, Resource, ResourceTemplate,
-    ServerResult, SetLevelRequest, SetLevelRequestParams, SubscribeRequest, SubscribeRequestParams,
-    UnsubscribeRequest, UnsubscribeRequestParams,
+    ResultType, ServerResult, SetLevelRequest, SetLevelRequestParams, SubscribeRequest,
+    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
 };
 
 use super::error::PassError;
@@ -79,7 +80,10 @@ impl Passthrough for Gateway {
                 ClientRequest::GetPromptRequest(GetPromptRequest::new(params))
             };
             let done = |result| match result {
-                ServerResult::GetPromptResult(result) => Some(result),
+                ServerResult::GetPromptResult(mut result) => {
+                    result.result_type.get_or_insert(ResultType::COMPLETE);
+                    Some(result)
+                }
                 _ => None,
             };
             Ok(
@@ -144,7 +148,10 @@ impl Passthrough for Gateway {
                 ClientRequest::ReadResourceRequest(ReadResourceRequest::new(params))
             };
             let done = |result| match result {
-                ServerResult::ReadResourceResult(result) => Some(result),
+                ServerResult::ReadResourceResult(mut result) => {
+                    result.result_type.get_or_insert(ResultType::COMPLETE);
+                    Some(result)
+                }
                 _ => None,
             };
             Ok(
@@ -173,7 +180,10 @@ impl Passthrough for Gateway {
             };
             let request = ClientRequest::CompleteRequest(CompleteRequest::new(params));
             match upstream.request(request, None).await? {
-                ServerResult::CompleteResult(result) => Ok(result),
+                ServerResult::CompleteResult(mut result) => {
+                    result.result_type.get_or_insert(ResultType::COMPLETE);
+                    Ok(result)
+                }
                 _ => Err(unexpected(upstream, "completion/complete")),
             }
         })

@@ -9,7 +9,7 @@
 
 use serde_json::{Value, json};
 
-use super::{Bench, calls_of, effects, testbed_bin};
+use super::{Bench, calls_of, effects, peer, testbed_bin};
 use crate::interop::{run_sdk_script, sdk_script};
 
 fn run_mode(mode: &str, expected_version: &str) {
@@ -65,4 +65,76 @@ fn python_sdk_through_the_gateway_legacy_initialize() {
 #[test]
 fn python_sdk_through_the_gateway_pinned_2026_07_28() {
     run_mode("2026-07-28", "2026-07-28");
+}
+
+/// `tests/interop/python_sdk_passthrough.py` in `mode`: the Python SDK, with sampling,
+/// elicitation, roots and logging callbacks, through the gateway in front of server-everything,
+/// which asks its caller questions mid-call. The audit log of each run is read here too.
+fn passthrough_mode(mode: &str, expected_version: &str) {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut command = sdk_script("python_sdk_passthrough.py", mode);
+    command
+        .arg("--everything")
+        .arg(peer("node/node_modules/.bin/mcp-server-everything"))
+        .arg("--work")
+        .arg(work.path());
+    let label = "Python SDK client of toolgate proxy, pass-through";
+    let (summary, what) = run_sdk_script(command, label, mode, expected_version);
+    assert_eq!(summary["sampling_refused"], "not offered", "{what}");
+    assert_eq!(
+        summary["templates"],
+        json!(["demo://resource/dynamic/text/{resourceId}"]),
+        "{what}"
+    );
+    assert_eq!(summary["completions"][0], json!(["Engineering"]), "{what}");
+    if expected_version != "2026-07-28" {
+        assert!(summary["logs"].as_u64().unwrap_or(0) > 0, "{what}");
+        assert_eq!(
+            summary["updated"],
+            json!(["demo://resource/static/document/architecture.md"]),
+            "{what}"
+        );
+    }
+    // Each question the upstream put is in the log, as the policy decided it.
+    let audited = |run: &str, method: &str| -> Vec<(String, String)> {
+        let text =
+            std::fs::read_to_string(work.path().join(run).join("audit.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|r| r["method"] == method)
+            .map(|r| {
+                let field = |k: &str| r[k].as_str().unwrap_or_default().to_owned();
+                (field("decision"), field("rule"))
+            })
+            .collect()
+    };
+    let allowed = |rule: &str| ("allow".to_owned(), rule.to_owned());
+    assert_eq!(
+        audited("data-default", "elicitation/create"),
+        [allowed("passthrough.elicitation")],
+        "{what}"
+    );
+    assert!(
+        audited("data-default", "roots/list").contains(&allowed("passthrough.roots")),
+        "{what}"
+    );
+    assert!(
+        audited("data-default", "sampling/createMessage").is_empty(),
+        "{what}"
+    );
+    assert_eq!(
+        audited("data-sampling", "sampling/createMessage"),
+        [allowed("passthrough.sampling")],
+        "{what}"
+    );
+}
+
+#[test]
+fn python_sdk_passthrough_on_an_initialize_session() {
+    passthrough_mode("legacy", "2025-11-25");
+}
+
+#[test]
+fn python_sdk_passthrough_in_2026_07_28_asks_with_input_required() {
+    passthrough_mode("2026-07-28", "2026-07-28");
 }
