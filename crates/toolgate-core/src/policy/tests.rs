@@ -387,3 +387,27 @@ fn bad_rate_limits_and_scopes_are_load_errors() {
         assert!(err.contains(field), "{text}: {err}");
     }
 }
+
+/// What an upstream may ask of the caller: elicitation and roots pass from every upstream and
+/// sampling from none unless the policy says otherwise; a list names upstreams (`*`: all), and an
+/// empty list refuses the kind from all of them.
+#[test]
+fn questions_from_upstreams_pass_as_the_policy_says_with_sampling_refused_by_default() {
+    use super::ClientRequest::{Elicitation, Roots, Sampling};
+    let default = Policy::from_bytes(b"version = 2\n").expect("policy");
+    for upstream in ["fs", "anything"] {
+        assert!(!default.passes_request(Sampling, upstream));
+        assert!(default.passes_request(Elicitation, upstream));
+        assert!(default.passes_request(Roots, upstream));
+    }
+    let named = Policy::from_bytes(
+        b"version = 2\n[passthrough]\nsampling = [\"llm\"]\nelicitation = []\nroots = [\"*\"]\n",
+    )
+    .expect("policy");
+    assert!(named.passes_request(Sampling, "llm"));
+    assert!(!named.passes_request(Sampling, "fs"));
+    assert!(!named.passes_request(Elicitation, "llm"));
+    assert!(named.passes_request(Roots, "fs"));
+    let typo = Policy::from_bytes(b"version = 2\n[passthrough]\nsampling = \"llm\"\n");
+    assert!(typo.is_err(), "a list is required: {typo:?}");
+}
