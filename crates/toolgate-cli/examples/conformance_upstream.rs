@@ -19,8 +19,9 @@
 //! rmcp's types, because the wire shape is the thing under test: a literal reads like the spec
 //! text it answers.
 //!
-//! What the suite's 2026-07-28 run fails on this server, and why, is listed in
-//! `tests/conformance/expected.txt`.
+//! Also the tasks extension (SEP-2663, on rmcp's `TaskManager`), which the suite runs without
+//! scoring it. What the suite fails on this server, and why, is listed in
+//! `tests/conformance/expected.txt` (nothing, today).
 
 // Sampling, roots, logging and `resources/subscribe` are deprecated by SEP-2577 (rmcp marks them
 // so), but the suite still checks them: serving them is this server's job.
@@ -51,7 +52,11 @@ use rmcp::model::{
     SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, Tool,
     UnsubscribeRequestParams,
 };
+use rmcp::model::{
+    CancelTaskParams, CreateTaskResult, GetTaskParams, GetTaskResult, UpdateTaskParams,
+};
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
+use rmcp::task_manager::{TaskContext, TaskExit, TaskFuture, TaskManager, TaskOptions};
 use rmcp::transport::WorkerTransport;
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError, LocalSessionWorker,
@@ -63,6 +68,11 @@ use rmcp::{RoleServer, ServerHandler, ServiceExt};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use tokio_stream::wrappers::ReceiverStream;
+
+/// The tasks extension (SEP-2663).
+const TASKS: &str = "io.modelcontextprotocol/tasks";
+/// How often a task's client is told to poll `tasks/get`.
+const TASK_POLL_MS: u64 = 100;
 
 /// `serverInfo.name`.
 const NAME: &str = "toolgate-conformance-upstream";
@@ -272,14 +282,25 @@ impl SessionManager for Sessions {
 #[derive(Clone, Debug)]
 struct Conformance(Arc<State>);
 
-#[derive(Debug)]
 struct State {
     /// Seals `requestState` (SEP-2322: state the client echoes is input an attacker controls).
     seal: Sealer,
     /// Open `subscriptions/listen` streams.
     listeners: Mutex<Vec<SubscriptionSink>>,
+    /// The tasks extension's tasks (in memory, as the suite needs them for one run).
+    tasks: TaskManager,
     /// The HTTP sessions, when serving HTTP.
     sessions: Option<Arc<Sessions>>,
+}
+
+// By hand: rmcp's TaskManager has no Debug.
+impl std::fmt::Debug for State {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("State")
+            .field("listeners", &lock(&self.listeners).len())
+            .field("tasks", &self.tasks.running_task_count())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Conformance {
@@ -287,6 +308,7 @@ impl Conformance {
         Self(Arc::new(State {
             seal: Sealer::new(),
             listeners: Mutex::new(Vec::new()),
+            tasks: TaskManager::new(),
             sessions,
         }))
     }
@@ -425,6 +447,32 @@ static TOOLS: LazyLock<Vec<Tool>> = LazyLock::new(|| {
             "test_custom_header",
             "Echoes REGION, which HTTP clients also send as the Mcp-Param-Region header (SEP-2243)",
             object(json!({"region": {"type": "string", "x-mcp-header": "Region"}}), &["region"])
+        ),
+        tool(
+            "greet",
+            "Says hello to NAME, at once (never a task)",
+            object(json!({"name": {"type": "string"}}), &["name"])
+        ),
+        tool(
+            "slow_compute",
+            "Sleeps SECONDS, then answers; a task when the client has the tasks extension",
+            object(
+                json!({"seconds": {"type": "number", "minimum": 0}, "label": {"type": "string"}}),
+                &["seconds"]
+            )
+        ),
+        tool("failing_job", "A task (required) whose tool result is an error", none()),
+        tool("protocol_error_job", "A task that fails with a JSON-RPC error", none()),
+        tool(
+            "confirm_delete",
+            "Asks the user to confirm deleting FILENAME (inside the task when it is one)",
+            object(json!({"filename": {"type": "string"}}), &["filename"])
+        ),
+        tool("multi_input", "A task that asks two questions at once", none()),
+        tool(
+            "test_tool_with_task",
+            "MRTR for the user's name, then a task (required) that greets them",
+            none()
         ),
         tool("test_trigger_tool_change", "Announces a tool list change to listen streams", none()),
         tool("test_trigger_prompt_change", "Announces a prompt list change to listen streams", none()),
@@ -889,6 +937,166 @@ impl Conformance {
     }
 }
 
+impl Conformance {
+    /// The tasks extension's tools (SEP-2663). A "task-supporting" tool becomes a task when the
+    /// request declares the extension and runs at once otherwise; a "required" one answers
+    /// -32021 without it (legacy sessions, which have no such error, get an `isError` result).
+    async fn task_tool(
+        &self,
+        name: &str,
+        args: &serde_json::Map<String, Value>,
+        request: &CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let arg = |key: &str| {
+            args.get(key)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        let as_task = is_modern(context)
+            && context
+                .client_capabilities()
+                .is_some_and(|caps| caps.supports_tasks());
+        let required = || -> Result<CallToolResponse, ErrorData> {
+            if is_modern(context) {
+                Err(ErrorData::missing_required_client_capability(wire(
+                    json!({"extensions": {TASKS: {}}}),
+                )))
+            } else {
+                Ok(error_text(format!(
+                    "{name} runs only as a task (2026-07-28 tasks extension)"
+                ))
+                .into())
+            }
+        };
+        let confirm = |filename: &str| {
+            elicit(
+                &format!("Delete {filename}?"),
+                json!({"confirm": {"type": "boolean"}}),
+                &["confirm"],
+            )
+        };
+        let confirmed =
+            |answer: &Value| answer["action"] == "accept" && answer["content"]["confirm"] == true;
+        match name {
+            "greet" => Ok(text(format!("Hello, {}!", arg("name"))).into()),
+            "slow_compute" => {
+                let seconds = args.get("seconds").and_then(Value::as_f64).unwrap_or(0.0);
+                let wait = Duration::from_secs_f64(seconds.clamp(0.0, 600.0));
+                let done = text(format!("Computed {} after {seconds} s", arg("label")));
+                if !as_task {
+                    tokio::time::sleep(wait).await;
+                    return Ok(done.into());
+                }
+                Ok(self.spawn_task(move |task| {
+                    Box::pin(async move {
+                        tokio::select! {
+                            () = task.cancelled() => Err(TaskExit::Cancelled),
+                            () = tokio::time::sleep(wait) => Ok(done),
+                        }
+                    })
+                }))
+            }
+            "failing_job" if as_task => Ok(self.spawn_task(|_| {
+                // A tool error: the task completes, its result says isError.
+                Box::pin(async { Ok(error_text("The job failed (a tool error).")) })
+            })),
+            "failing_job" => required(),
+            "protocol_error_job" => {
+                let error = ErrorData::internal_error("The job hit a protocol error.", None);
+                if !as_task {
+                    return Err(error);
+                }
+                Ok(self.spawn_task(|_| Box::pin(async { Err(TaskExit::Error(error)) })))
+            }
+            "confirm_delete" => {
+                let filename = arg("filename");
+                if !as_task {
+                    let responses = request.input_responses.as_ref();
+                    return Ok(
+                        match self
+                            .ask(context, responses, "confirm", confirm(&filename))
+                            .await?
+                        {
+                            Asked::Answer(answer) if confirmed(&answer) => {
+                                text(format!("Deleted {filename}")).into()
+                            }
+                            Asked::Answer(_) => text(format!("Kept {filename}")).into(),
+                            Asked::Pending(pending) => pending.into(),
+                            Asked::Failed(why) => error_text(why).into(),
+                        },
+                    );
+                }
+                let question: rmcp::model::InputRequest = wire(confirm(&filename));
+                Ok(self.spawn_task(move |task| {
+                    Box::pin(async move {
+                        let answer = task.request_input("confirm", question).await?;
+                        Ok(if confirmed(&answer) {
+                            text(format!("Deleted {filename}"))
+                        } else {
+                            text(format!("Kept {filename}"))
+                        })
+                    })
+                }))
+            }
+            "multi_input" if as_task => {
+                let first: rmcp::model::InputRequest = wire(elicit(
+                    "What is your name?",
+                    json!({"name": {"type": "string"}}),
+                    &["name"],
+                ));
+                let second: rmcp::model::InputRequest = wire(elicit(
+                    "What is your favorite color?",
+                    json!({"color": {"type": "string"}}),
+                    &["color"],
+                ));
+                Ok(self.spawn_task(move |task| {
+                    Box::pin(async move {
+                        let (name, color) = tokio::join!(
+                            task.request_input("name", first),
+                            task.request_input("color", second)
+                        );
+                        let (name, color) = (name?, color?);
+                        let user = accepted_field(Some(&name), "name").unwrap_or_default();
+                        let color = accepted_field(Some(&color), "color").unwrap_or_default();
+                        Ok(text(format!("{user} likes {color}")))
+                    })
+                }))
+            }
+            "multi_input" => required(),
+            _ => {
+                // test_tool_with_task: an MRTR round for the name, then a task.
+                let responses = request.input_responses.as_ref();
+                let Some(user) = accepted_field(responses.and_then(|r| r.get("user_name")), "name")
+                else {
+                    if !is_modern(context) {
+                        return required();
+                    }
+                    let form = elicit(
+                        "What is your name?",
+                        json!({"name": {"type": "string"}}),
+                        &["name"],
+                    );
+                    return Ok(input_required(json!({"user_name": form}), None).into());
+                };
+                if !as_task {
+                    return required();
+                }
+                Ok(self.spawn_task(move |_| {
+                    Box::pin(async move { Ok(text(format!("Hello, {user}! (from a task)"))) })
+                }))
+            }
+        }
+    }
+
+    /// Runs `operation` as a task; the task exists (`tasks/get` finds it) before this returns.
+    fn spawn_task(&self, operation: impl FnOnce(TaskContext) -> TaskFuture) -> CallToolResponse {
+        let options = TaskOptions::new().with_poll_interval_ms(TASK_POLL_MS);
+        CreateTaskResult::new(self.0.tasks.spawn(options, operation)).into()
+    }
+}
+
 fn sep1034_form() -> Value {
     json!({
         "method": "elicitation/create",
@@ -1003,6 +1211,7 @@ impl ServerHandler for Conformance {
             "resources": {"subscribe": true, "listChanged": true},
             "logging": {},
             "completions": {},
+            "extensions": {TASKS: {}},
         }));
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new(NAME, env!("CARGO_PKG_VERSION")))
@@ -1134,6 +1343,15 @@ impl ServerHandler for Conformance {
                 let prompts = name == "test_trigger_prompt_change";
                 self.announce_list_change(&context, prompts).await;
                 text("Mutation triggered").into()
+            }
+            "greet"
+            | "slow_compute"
+            | "failing_job"
+            | "protocol_error_job"
+            | "confirm_delete"
+            | "multi_input"
+            | "test_tool_with_task" => {
+                return self.task_tool(&name, &args, &request, &context).await;
             }
             mrtr if !is_modern(&context) => error_text(format!(
                 "{mrtr} uses MRTR (InputRequiredResult), which needs protocol 2026-07-28"
@@ -1286,6 +1504,32 @@ impl ServerHandler for Conformance {
     ) -> Result<CompleteResult, ErrorData> {
         let none: CompletionInfo = wire(json!({"values": [], "total": 0, "hasMore": false}));
         Ok(CompleteResult::new(none))
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        Ok(GetTaskResult::new(self.0.tasks.get_task(&request.task_id)?))
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0
+            .tasks
+            .update_task(&request.task_id, request.input_responses)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0.tasks.cancel_task(&request.task_id)
     }
 
     fn accepted_subscription_filter(
