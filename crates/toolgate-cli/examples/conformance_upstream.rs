@@ -145,10 +145,8 @@ async fn serve_http(addr: SocketAddr) -> anyhow::Result<()> {
     let app = axum::Router::new().route_service("/mcp", service);
     // The one line a script waits for; stdout carries nothing else in this mode.
     writeln!(io::stdout().lock(), "http://{bound}/mcp").context("cannot write to stdout")?;
+    // No graceful shutdown: a signal ends the process at once, listen streams and all.
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
         .await
         .context("the HTTP server failed")
 }
