@@ -207,11 +207,6 @@ impl Inner {
                 tracing::warn!(tool = %name, reason = %why.reason, "tool withheld");
             }
         }
-        let same = before.tools() == catalog.tools()
-            && before
-                .all_withheld()
-                .keys()
-                .eq(catalog.all_withheld().keys());
         let snapshot = Snapshot {
             catalog: Arc::new(catalog),
             routes,
@@ -220,9 +215,10 @@ impl Inner {
             .snapshot
             .write()
             .unwrap_or_else(PoisonError::into_inner) = Arc::new(snapshot);
-        if !same {
-            self.version.send_modify(|v| *v += 1);
-        }
+        // Callers are told whenever an upstream said its list changed (or reconnected), even if
+        // what they see is the same: the upstream may have changed a tool in place, and a
+        // client that asked to hear of changes expects to hear of each one.
+        self.version.send_modify(|v| *v += 1);
     }
 }
 

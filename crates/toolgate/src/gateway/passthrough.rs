@@ -189,13 +189,19 @@ impl Passthrough for Gateway {
         })
     }
 
-    /// Every upstream that logs is told the level; the session then receives their messages.
+    /// Every upstream that logs is told the level (an `initialize`-era one by `logging/setLevel`,
+    /// a 2026-07-28 one in the `_meta` of each of the session's requests); the session then
+    /// receives their messages.
     fn set_level(&self, params: SetLevelRequestParams, caller: Caller) -> PassFuture<'_, ()> {
         Box::pin(async move {
+            let level = serde_json::to_value(params.level).unwrap_or_default();
             for upstream in self.offering(|c| c.logging.is_some()) {
-                let request = ClientRequest::SetLevelRequest(SetLevelRequest::new(params.clone()));
-                upstream.request(request, None).await?;
-                upstream.relay().listen(caller.peer.clone());
+                if !upstream.speaks_modern() {
+                    let request =
+                        ClientRequest::SetLevelRequest(SetLevelRequest::new(params.clone()));
+                    upstream.request(request, None).await?;
+                }
+                upstream.relay().listen(caller.peer.clone(), level.clone());
             }
             Ok(())
         })
@@ -208,8 +214,13 @@ impl Passthrough for Gateway {
             let upstream = self.owner(&params.uri).await?;
             let uri = params.uri.clone();
             if upstream.relay().subscribe(uri.clone(), caller.peer.clone()) {
-                let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(params));
-                if let Err(error) = upstream.request(request, None).await {
+                let followed = if upstream.speaks_modern() {
+                    upstream.follow(uri.clone()).await
+                } else {
+                    let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(params));
+                    upstream.request(request, None).await.map(drop)
+                };
+                if let Err(error) = followed {
                     upstream.relay().unsubscribe(&uri, &caller.peer);
                     return Err(error);
                 }
@@ -223,8 +234,13 @@ impl Passthrough for Gateway {
         Box::pin(async move {
             let upstream = self.owner(&params.uri).await?;
             if upstream.relay().unsubscribe(&params.uri, &caller.peer) {
-                let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(params));
-                upstream.request(request, None).await?;
+                if upstream.speaks_modern() {
+                    upstream.relay().unfollow(&params.uri);
+                } else {
+                    let request =
+                        ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(params));
+                    upstream.request(request, None).await?;
+                }
             }
             Ok(())
         })

@@ -73,10 +73,14 @@ pub(super) type Input = (Option<InputResponses>, Option<String>);
 pub(super) struct Relay {
     /// Upstream request id → the caller whose request it is.
     askers: Mutex<HashMap<RequestId, Asker>>,
-    /// Sessions that asked for log messages (`logging/setLevel`).
-    listeners: Mutex<Vec<Peer<RoleServer>>>,
+    /// Sessions that asked for log messages (`logging/setLevel`), with the level they set (as
+    /// MCP spells it), which a 2026-07-28 upstream is told on each of their requests.
+    listeners: Mutex<Vec<(Peer<RoleServer>, Value)>>,
     /// Resource URI → the sessions subscribed to it.
     subscribers: Mutex<HashMap<String, Vec<Peer<RoleServer>>>>,
+    /// Resource URI → the `subscriptions/listen` stream that follows it on a 2026-07-28
+    /// upstream (which has no `resources/subscribe`).
+    streams: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
     /// Calls held open for a 2026-07-28 caller's answer.
     pub(super) holds: Holds,
 }
@@ -248,18 +252,41 @@ impl Relay {
     }
 
     /// The session wants the upstream's log messages.
-    pub(super) fn listen(&self, peer: Peer<RoleServer>) {
+    pub(super) fn listen(&self, peer: Peer<RoleServer>, level: Value) {
         let mut listeners = lock(&self.listeners);
-        listeners.retain(|p| !p.is_transport_closed());
-        if !listeners.iter().any(|p| same_session(p, &peer)) {
-            listeners.push(peer);
+        listeners.retain(|(p, _)| !p.is_transport_closed() && !same_session(p, &peer));
+        listeners.push((peer, level));
+    }
+
+    /// The log level the caller's session set, if it set one.
+    pub(super) fn level_of(&self, peer: &Peer<RoleServer>) -> Option<Value> {
+        lock(&self.listeners)
+            .iter()
+            .find(|(p, _)| same_session(p, peer))
+            .map(|(_, level)| level.clone())
+    }
+
+    /// Keeps `stream` (a listen stream following `uri` upstream) until [`Relay::unfollow`].
+    pub(super) fn follow(&self, uri: String, stream: tokio::task::JoinHandle<()>) {
+        if let Some(old) = lock(&self.streams).insert(uri, stream) {
+            old.abort();
+        }
+    }
+
+    /// Ends the listen stream that follows `uri`, if there is one.
+    pub(super) fn unfollow(&self, uri: &str) {
+        if let Some(stream) = lock(&self.streams).remove(uri) {
+            stream.abort();
         }
     }
 
     /// A log message of the upstream, redacted, to every session that asked for log messages.
     pub(super) async fn log(&self, mut message: LoggingMessageNotificationParam, gate: &Gate) {
         message.data = gate.redactor().redact_value(&message.data);
-        let listeners: Vec<_> = lock(&self.listeners).clone();
+        let listeners: Vec<_> = lock(&self.listeners)
+            .iter()
+            .map(|(p, _)| p.clone())
+            .collect();
         for peer in listeners {
             let _ = peer.notify_logging_message(message.clone()).await;
         }

@@ -447,6 +447,10 @@ impl Upstream {
             let offered = relay::offered(&asker.gate, &self.spec.name, &asker.caller.capabilities);
             let mut meta = RequestMetaObject::new();
             meta.set_client_capabilities(offered);
+            // 2026-07-28 has no logging/setLevel: the level a legacy session set travels here.
+            if let Some(level) = self.relay.level_of(&asker.caller.peer) {
+                meta.0.insert(LOG_LEVEL_META.to_owned(), level);
+            }
             options.meta = Some(meta);
         }
         let handle = peer
@@ -494,9 +498,43 @@ impl Upstream {
         error
     }
 
-    /// Tells the upstream a session listens to its log messages, and at which level.
+    /// Who waits on the upstream and who listens to it.
     pub(super) fn relay(&self) -> &Relay {
         &self.relay
+    }
+
+    /// Whether the live connection speaks 2026-07-28.
+    pub(super) fn speaks_modern(&self) -> bool {
+        self.peer().is_ok_and(|p| speaks_modern(&p))
+    }
+
+    /// Follows `uri` on a 2026-07-28 upstream, which has no `resources/subscribe`: a
+    /// `subscriptions/listen` stream for it, whose updates go to the sessions subscribed.
+    ///
+    /// # Errors
+    /// The upstream is not connected, or refused the stream.
+    pub(super) async fn follow(&self, uri: String) -> Result<(), ErrorData> {
+        let peer = self.peer()?;
+        let filter = SubscriptionFilter::builder()
+            .resource_subscription(uri.clone())
+            .build();
+        let mut subscription = peer.listen(filter).await.map_err(|error| match error {
+            ServiceError::McpError(error) => self.redacted(error),
+            other => ErrorData::internal_error(
+                format!("upstream {}: subscriptions/listen: {other}", self.spec.name),
+                None,
+            ),
+        })?;
+        let relay = Arc::clone(&self.relay);
+        let stream = tokio::spawn(async move {
+            while let Ok(Some(notification)) = subscription.next().await {
+                if let ServerNotification::ResourceUpdatedNotification(updated) = notification {
+                    relay.updated(updated.params).await;
+                }
+            }
+        });
+        self.relay.follow(uri, stream);
+        Ok(())
     }
 
     /// What the upstream declared it offers, once connected.
@@ -507,6 +545,9 @@ impl Upstream {
             .map(|info| info.capabilities.clone())
     }
 }
+
+/// The `_meta` key of a 2026-07-28 request's log level.
+const LOG_LEVEL_META: &str = "io.modelcontextprotocol/logLevel";
 
 /// Whether the connection speaks 2026-07-28 (per-request `_meta` carries the caller's
 /// capabilities).
