@@ -425,17 +425,18 @@ impl ServerHandler for GateServer {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        let Some(pass) = self.passthrough(Kind::Resources) else {
+        if !self.passes(Kind::Resources) {
             return Err(ErrorData::method_not_found::<SubscribeRequestMethod>());
-        };
-        if !self.gate.policy().resource_allowed(&request.uri) {
-            return Err(ErrorData::invalid_params(
-                format!("resource not found: {}", request.uri),
-                Some(serde_json::json!({"uri": request.uri})),
-            ));
         }
-        pass.subscribe(request, caller(&context, (None, None)))
-            .await
+        let uri = request.uri.clone();
+        let allowed = self.gate.policy().resource_allowed(&uri);
+        let kind = ("resources/subscribe", "resource", "passthrough.resources");
+        let gate = self.gate_for(&context);
+        let caller = caller(&context, (None, None));
+        self.pass_through(&gate, kind, uri, allowed, move |pass| {
+            pass.subscribe(request, caller)
+        })
+        .await
     }
 
     async fn unsubscribe(

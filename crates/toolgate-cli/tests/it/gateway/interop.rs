@@ -127,6 +127,13 @@ fn passthrough_mode(mode: &str, expected_version: &str) {
         [allowed("passthrough.sampling")],
         "{what}"
     );
+    // A subscription is a request for a resource: decided by the resource rules and recorded.
+    let subscribed = audited("data-default", "resources/subscribe");
+    if expected_version == "2026-07-28" {
+        assert!(subscribed.is_empty(), "{what}");
+    } else {
+        assert_eq!(subscribed, [allowed("passthrough.resources")], "{what}");
+    }
 }
 
 #[test]
