@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # tools/call latency through `toolgate proxy` against the same upstream called directly, in one run.
 #
-#   bench/proxy.sh [--rounds N] [--seq-calls N] [--burst-calls N] [--inflight K]
-#                  [--mutation-calls N] [--warmup N] [--one-cpu]
+#   bench/proxy.sh [--transport stdio|http|both] [--http] [--rounds N] [--seq-calls N]
+#                  [--burst-calls N] [--inflight K] [--mutation-calls N] [--warmup N] [--one-cpu]
+#                  [--http-seconds S] [--http-warmup S]
+#
+# --transport      stdio (default): the testbed upstream over stdio (below); http: the everything
+#                  server over Streamable HTTP (further below); both: the two, one after the other.
+#                  --http is --transport http.
 #
 # Configurations: the testbed upstream (examples/testbed_upstream.rs) called directly; behind
 # `toolgate proxy --audit buffered` ("audit off": the proxy has no switch that removes the audit, and
@@ -15,11 +20,27 @@
 # append + fdatasync loop (examples/stdio_load.rs) with records of the audit's size, on the same disk.
 # --one-cpu        run every process on CPU 0 (taskset): no wake-up crosses CPUs, so what is left of
 #                  the added latency is work, not waiting for an idle CPU to wake (a diagnostic).
-# BENCH_TMP        where the data directories go (default ./target): the disk being measured.
 #
-# See docs/performance.md, "Gateway latency".
+# HTTP: the upstream is @modelcontextprotocol/server-everything (`mcp-server-everything
+# streamableHttp`, from scripts/install-peers), a fresh process on a free port for every run; the
+# client is examples/http_bench.rs, in its legacy mode (the everything server speaks only the
+# `initialize` revisions: one session per connection, then tools/call `echo` in it). Configurations:
+# the everything server called directly; behind `toolgate proxy --http 127.0.0.1:PORT
+# --insecure-no-auth --upstream ev=URL --audit buffered`; the same with `--audit synced`. Each at 1
+# connection (latency p50/p90/p99) and at --inflight connections (requests/s), closed loop,
+# --http-warmup seconds (default 2) then --http-seconds counted (default 5), alternated over
+# --rounds rounds; every figure is the median over rounds and every ratio is against the direct
+# figure of the same run.
+# BENCH_TMP        where the data directories go (default ./target): the disk being measured.
+# TOOLGATE_BIN     the toolgate binary to measure (default: this checkout's release build).
+# TOOLGATE_BIN_B   HTTP only: a second toolgate binary (e.g. another commit's, scripts/build-at),
+#                  whose buffered and synced configurations take turns with the others in the
+#                  same rounds: an A/B in one run.
+#
+# See docs/performance.md, "Gateway latency" and "Gateway over HTTP".
 set -euo pipefail
 
+transport=stdio
 rounds=5
 seq_calls=5000
 burst_calls=20000
@@ -27,11 +48,17 @@ inflight=16
 mutation_calls=2000
 warmup=500
 pin=()
+http_seconds=5
+http_warmup=2
 
-usage() { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; }
 
 while (($#)); do
     case "$1" in
+        --transport) transport=$2; shift 2 ;;
+        --http) transport=http; shift ;;
+        --http-seconds) http_seconds=$2; shift 2 ;;
+        --http-warmup) http_warmup=$2; shift 2 ;;
         --rounds) rounds=$2; shift 2 ;;
         --seq-calls) seq_calls=$2; shift 2 ;;
         --burst-calls) burst_calls=$2; shift 2 ;;
@@ -43,6 +70,10 @@ while (($#)); do
         *) echo "bench/proxy.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
     esac
 done
+case "$transport" in
+    stdio | http | both) ;;
+    *) echo "bench/proxy.sh: --transport is stdio, http or both, not $transport" >&2; exit 2 ;;
+esac
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/common.sh
@@ -54,15 +85,31 @@ trap 'log "bench/proxy.sh: a step failed (line $LINENO); its output is above"' E
 
 log "== building release binaries"
 cargo build --quiet --release -p toolgate-cli --bin toolgate --example testbed_upstream --example proxy_bench \
-    --example stdio_load
-toolgate=$repo/target/release/toolgate
+    --example stdio_load --example http_bench
+toolgate=${TOOLGATE_BIN:-$repo/target/release/toolgate}
 testbed=$repo/target/release/examples/testbed_upstream
 bench=$repo/target/release/examples/proxy_bench
 load=$repo/target/release/examples/stdio_load
+http_bench=$repo/target/release/examples/http_bench
 
 mkdir -p "${BENCH_TMP:-$repo/target}"
 tmp=$(mktemp -d -p "${BENCH_TMP:-$repo/target}" proxy-bench.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+started=() # pids of servers this script started and has not stopped yet
+stop() { # stop PID: ends one server this script started
+    kill "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    local keep=() p
+    for p in "${started[@]}"; do [[ $p == "$1" ]] || keep+=("$p"); done
+    started=("${keep[@]}")
+}
+cleanup() {
+    local p
+    for p in "${started[@]}"; do kill "$p" 2>/dev/null || true; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # echo is read-only and low; write_record is a medium mutation whose idempotency key is its id, so
 # every call claims a key in toolgate.db before it is forwarded and completes it after. The medium
@@ -125,6 +172,254 @@ run() {
     rm -rf "$dir"
 }
 
+# The stdio section: testbed_upstream as a child, proxy_bench on its pipes.
+stdio_section() {
+    configs=(direct buffered synced)
+    fsync_p50="" fsync_p99=""
+    declare -A p50 p99 rate
+    add() { # add KEY JSON: appends this run's figures to the lists under KEY
+        p50[$1]+=" $(field "$2" p50_us)"
+        p99[$1]+=" $(field "$2" p99_us)"
+        rate[$1]+=" $(field "$2" calls_per_s)"
+    }
+
+    for ((r = 1; r <= rounds; r++)); do
+        # The order of configurations rotates each round, so no configuration always runs first.
+        order=("${configs[@]:r % 3}" "${configs[@]:0:r % 3}")
+        for k in 1 "$inflight"; do
+            n=$seq_calls
+            ((k == 1)) || n=$burst_calls
+            log "== round $r/$rounds: echo, $n calls, $k in flight (${order[*]})"
+            for config in "${order[@]}"; do
+                out=$(run "$config" echo "$n" "$k" "$config-k$k-r$r")
+                log "   $(printf '%-8s' "$config") $out"
+                add "$config/$k" "$out"
+            done
+        done
+        mutation_configs=(direct synced synced-low)
+        order=("${mutation_configs[@]:r % 3}" "${mutation_configs[@]:0:r % 3}")
+        log "== round $r/$rounds: write_record, $mutation_calls calls, 1 in flight (${order[*]})"
+        for config in "${order[@]}"; do
+            out=$(run "$config" write_record "$mutation_calls" 1 "write-$config-r$r")
+            log "   $(printf '%-10s' "$config") $out"
+            add "write/$config" "$out"
+        done
+        settle
+        out=$("${pin[@]}" "$load" --fsync-loop "$seq_calls" --dir "$tmp" --record-bytes "$(cat "$tmp/record-bytes" 2>/dev/null || echo 540)")
+        log "   fsync loop $out"
+        fsync_p50+=" $(field "$out" p50_ms)" fsync_p99+=" $(field "$out" p99_ms)"
+    done
+
+    med() { local -n list=$1; median "${list[$2]}"; }
+    ms() { calc "$1 / 1000" 3; }
+    le() { awk "BEGIN { exit !($1 <= $2) }" && echo met || echo "not met"; }
+
+    echo
+    echo "toolgate proxy latency, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $fstype, load average after the build $load_avg"
+    ((${#pin[@]} == 0)) || echo "every process on CPU 0 (--one-cpu)"
+    echo "CPUs busy before the first run: $busy%; median of $rounds rounds; echo: $seq_calls calls at 1 in flight, $burst_calls at $inflight; write_record: $mutation_calls at 1; $warmup warm-up calls each"
+    echo
+    echo "| Path | In flight | Direct p50 / p99 (ms) | Proxy p50 / p99 (ms) | Added p50 / p99 (ms) | Proxy / direct p50 | Calls/s direct / proxy | Target | Result |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    row() { # row LABEL K DIRECT_KEY PROXY_KEY TARGET_P50_US TARGET_P99_US(or -)
+        local d50 d99 x50 x99 a50 a99 target verdict
+        d50=$(med p50 "$3") d99=$(med p99 "$3") x50=$(med p50 "$4") x99=$(med p99 "$4")
+        a50=$(calc "$x50 - $d50" 1) a99=$(calc "$x99 - $d99" 1)
+        if [[ $5 == - ]]; then
+            target="-" verdict="-"
+        elif [[ $6 == - ]]; then
+            target="added p50 <= $(ms "$5")"
+            verdict=$(le "$a50" "$5")
+        else
+            target="added p50 <= $(ms "$5"), p99 <= $(ms "$6")"
+            local v50 v99
+            v50=$(le "$a50" "$5") v99=$(le "$a99" "$6")
+            if [[ $v50 == met && $v99 == met ]]; then verdict="met"
+            else verdict="p50 $v50, p99 $v99"; fi
+        fi
+        printf '| %s | %s | %s / %s | %s / %s | %s / %s | %sx | %s / %s | %s | %s |\n' \
+            "$1" "$2" "$(ms "$d50")" "$(ms "$d99")" "$(ms "$x50")" "$(ms "$x99")" "$(ms "$a50")" "$(ms "$a99")" \
+            "$(calc "$x50 / $d50")" "$(calc "$(med rate "$3")" 0)" "$(calc "$(med rate "$4")" 0)" "$target" "$verdict"
+    }
+    for k in 1 "$inflight"; do
+        row "echo, proxy --audit buffered (audit off)" "$k" "direct/$k" "buffered/$k" 300 1000
+    done
+    for k in 1 "$inflight"; do
+        row "echo, proxy --audit synced (durable)" "$k" "direct/$k" "synced/$k" 600 -
+    done
+    row "write_record (medium, idempotency key), proxy synced" 1 "write/direct" "write/synced" - -
+    row "write_record (low, no key), proxy synced" 1 "write/direct" "write/synced-low" - -
+
+    echo
+    echo "bare append + fdatasync loop, $(cat "$tmp/record-bytes" 2>/dev/null || echo 540)-byte records, same disk: p50 $(median "$fsync_p50") ms, p99 $(median "$fsync_p99") ms"
+
+    echo
+    for k in 1 "$inflight"; do
+        stats=$(cat "$tmp/synced-k$k-r$rounds.stats" 2>/dev/null || true)
+        if [[ -n $stats ]]; then
+            echo "proxy synced, echo, $k in flight (last round): audit records $(field "$stats" records), syncs $(field "$stats" syncs)"
+        fi
+    done
+    stats=$(cat "$tmp/write-synced-r$rounds.stats" 2>/dev/null || true)
+    if [[ -n $stats ]]; then
+        echo "proxy synced, write_record (last round): audit records $(field "$stats" records), syncs $(field "$stats" syncs)"
+    fi
+}
+# The HTTP section: the everything server over Streamable HTTP, http_bench as the client.
+everything=$repo/.peers/node/node_modules/.bin/mcp-server-everything
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# listening PORT PID LOG: waits until PORT accepts connections (PID must stay alive).
+listening() {
+    local i
+    for ((i = 0; i < 300; i++)); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; then return 0; fi
+        kill -0 "$2" 2>/dev/null || break
+        sleep 0.05
+    done
+    log "nothing listens on port $1; the server's output:"
+    tail -n 20 "$3" >&2
+    return 1
+}
+
+# http_load URL K SECONDS WARMUP PID: one closed-loop http_bench run of echo; prints its JSON line.
+http_load() {
+    "${pin[@]}" "$http_bench" load --url "$1" --mode legacy --tool echo --args '{"message":"call {i}"}' \
+        --concurrency "$2" --duration "$3" --warmup "$4" --server-pid "$5"
+}
+
+# http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh proxy in
+# front of it; one counted http_bench run; leaves its JSON line, with the proxy's journal counts,
+# in `out` (not printed: run in this shell, so that `started` knows the servers it has to stop).
+http_run() {
+    local config=$1 k=$2 tag=$3 bin=$toolgate audit=${1%-b}
+    local dir=$tmp/$tag up_port url pid up_pid i
+    mkdir -p "$dir"
+    [[ $config == *-b ]] && bin=$TOOLGATE_BIN_B
+    up_port=$(free_port)
+    PORT=$up_port "$everything" streamableHttp >"$dir/everything.log" 2>&1 &
+    up_pid=$!
+    started+=("$up_pid")
+    listening "$up_port" "$up_pid" "$dir/everything.log"
+    url=http://127.0.0.1:$up_port/mcp pid=$up_pid
+    if [[ $config != direct ]]; then
+        local port
+        port=$(free_port)
+        "$bin" proxy --policy "$http_policy" --data "$dir/data" --audit "$audit" --grace 1 \
+            --http "127.0.0.1:$port" --insecure-no-auth --upstream "ev=$url" >"$dir/proxy.log" 2>&1 &
+        pid=$!
+        started+=("$pid")
+        listening "$port" "$pid" "$dir/proxy.log"
+        url=http://127.0.0.1:$port/mcp
+        # Serving starts once the upstream's first connection attempt has ended; wait for a call
+        # that goes through.
+        for ((i = 0; ; i++)); do
+            out=$(http_load "$url" 1 0.2 0 "$pid" 2>/dev/null) || true
+            [[ $(field "$out" ok) -gt 0 && $(field "$out" errors) == 0 ]] && break
+            if ((i == 50)); then
+                log "the proxy ($config) does not pass calls; its output:"
+                tail -n 20 "$dir/proxy.log" >&2
+                return 1
+            fi
+            sleep 0.1
+        done
+    fi
+    settle
+    out=$(http_load "$url" "$k" "$http_seconds" "$http_warmup" "$pid" 2>"$dir/client.err")
+    if [[ $(field "$out" errors) != 0 || $(field "$out" ok) == 0 ]]; then
+        log "http_bench: errors ($config, $k connections): $out"
+        cat "$dir/client.err" >&2
+        tail -n 20 "$dir"/*.log >&2
+        return 1
+    fi
+    if [[ $config != direct ]]; then
+        stop "$pid"
+        local stats
+        stats=$(grep -F '"journal stats at exit"' "$dir/proxy.log" | tail -n1 || true)
+        [[ -z $stats ]] || out="${out%\}},\"journal_records\":$(field "$stats" records),\"journal_syncs\":$(field "$stats" syncs)}"
+    fi
+    stop "$up_pid"
+    rm -rf "$dir"
+}
+
+http_section() {
+    [[ -x $everything ]] || { log "bench/proxy.sh: $everything is missing; run scripts/install-peers"; return 1; }
+    if [[ -n ${TOOLGATE_BIN_B:-} && ! -x $TOOLGATE_BIN_B ]]; then
+        log "bench/proxy.sh: TOOLGATE_BIN_B=$TOOLGATE_BIN_B is not an executable"
+        return 1
+    fi
+    http_policy=$tmp/http-policy.toml
+    cat >"$http_policy" <<'TOML'
+version = 2
+name = "bench-http"
+
+[defaults]
+tier = "blocked"
+
+[tools.echo]
+tier = "low"
+TOML
+    local configs=(direct buffered synced) r k config out order n
+    [[ -z ${TOOLGATE_BIN_B:-} ]] || configs+=(buffered-b synced-b)
+    n=${#configs[@]}
+    declare -A hp50 hp90 hp99 hrate hcpu
+    for ((r = 1; r <= rounds; r++)); do
+        order=("${configs[@]:r % n}" "${configs[@]:0:r % n}")
+        for k in 1 "$inflight"; do
+            log "== HTTP round $r/$rounds: echo, $k connections, ${http_warmup} s + ${http_seconds} s (${order[*]})"
+            for config in "${order[@]}"; do
+                http_run "$config" "$k" "http-$config-k$k-r$r"
+                log "   $(printf '%-10s' "$config") $out"
+                hp50[$config/$k]+=" $(field "$out" p50_ms)"
+                hp90[$config/$k]+=" $(field "$out" p90_ms)"
+                hp99[$config/$k]+=" $(field "$out" p99_ms)"
+                hrate[$config/$k]+=" $(field "$out" rps)"
+                hcpu[$config/$k]+=" $(calc "$(field "$out" server_cpu_s) * 1000000 / $(field "$out" ok)" 0)"
+            done
+        done
+    done
+
+    local name d50 d_rate x50 target verdict
+    echo
+    echo "toolgate proxy over HTTP, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, data on $fstype, CPUs busy before the first run $busy%"
+    ((${#pin[@]} == 0)) || echo "every process on CPU 0 (--one-cpu)"
+    echo "upstream: mcp-server-everything streamableHttp; client: http_bench, legacy sessions, echo; median of $rounds rounds; ${http_warmup} s warm-up + ${http_seconds} s counted per run"
+    [[ -z ${TOOLGATE_BIN_B:-} ]] || echo "A: $toolgate; B: $TOOLGATE_BIN_B"
+    echo
+    echo "| Configuration | p50 / p90 / p99 (ms), 1 connection | Added p50 (ms) | Target | Result | Req/s, $inflight connections | Proxy / direct req/s | Target | Result | CPU µs/call (server process, $inflight conn.) |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    d50=$(median "${hp50[direct/1]}") d_rate=$(median "${hrate[direct/$inflight]}")
+    for config in "${configs[@]}"; do
+        case "$config" in
+            direct) name="direct to the upstream" target=- ;;
+            buffered*) name="proxy --audit buffered" target=0.3 ;;
+            synced*) name="proxy --audit synced" target=0.6 ;;
+        esac
+        [[ $config == *-b ]] && name+=" (B)"
+        [[ -z ${TOOLGATE_BIN_B:-} || $config == *-b || $config == direct ]] || name+=" (A)"
+        x50=$(median "${hp50[$config/1]}")
+        local rate ratio added t50 v50 trate vrate
+        rate=$(median "${hrate[$config/$inflight]}")
+        ratio=$(calc "$rate / $d_rate")
+        if [[ $target == - ]]; then
+            added=- t50=- v50=- trate=- vrate=-
+        else
+            added=$(calc "$x50 - $d50" 3)
+            t50="added p50 <= $target" trate=">= 0.80x"
+            v50=$(awk "BEGIN { exit !($added <= $target) }" && echo met || echo "not met")
+            vrate=$(awk "BEGIN { exit !($ratio >= 0.8) }" && echo met || echo "not met")
+        fi
+        printf '| %s | %s / %s / %s | %s | %s | %s | %s | %sx | %s | %s | %s |\n' "$name" \
+            "$x50" "$(median "${hp90[$config/1]}")" "$(median "${hp99[$config/1]}")" "$added" "$t50" "$v50" \
+            "$(calc "$rate" 0)" "$ratio" "$trate" "$vrate" "$(median "${hcpu[$config/$inflight]}")"
+    done
+    echo
+    echo "CPU µs/call: the CPU time of the process the client talks to (the everything server for direct, the proxy otherwise) over the counted window, per answered call."
+}
+
 fstype=$(df -T "$tmp" | awk 'NR == 2 { print $2 }')
 cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
 load_avg=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -133,93 +428,5 @@ log "== machine: $(nproc) cores available ($cpu), $(uname -sr), data on $fstype 
 # anything else uses the CPUs now: the busy share of all CPUs over two seconds, from /proc/stat.
 warn_if_cpus_busy
 
-configs=(direct buffered synced)
-fsync_p50="" fsync_p99=""
-declare -A p50 p99 rate
-add() { # add KEY JSON: appends this run's figures to the lists under KEY
-    p50[$1]+=" $(field "$2" p50_us)"
-    p99[$1]+=" $(field "$2" p99_us)"
-    rate[$1]+=" $(field "$2" calls_per_s)"
-}
-
-for ((r = 1; r <= rounds; r++)); do
-    # The order of configurations rotates each round, so no configuration always runs first.
-    order=("${configs[@]:r % 3}" "${configs[@]:0:r % 3}")
-    for k in 1 "$inflight"; do
-        n=$seq_calls
-        ((k == 1)) || n=$burst_calls
-        log "== round $r/$rounds: echo, $n calls, $k in flight (${order[*]})"
-        for config in "${order[@]}"; do
-            out=$(run "$config" echo "$n" "$k" "$config-k$k-r$r")
-            log "   $(printf '%-8s' "$config") $out"
-            add "$config/$k" "$out"
-        done
-    done
-    mutation_configs=(direct synced synced-low)
-    order=("${mutation_configs[@]:r % 3}" "${mutation_configs[@]:0:r % 3}")
-    log "== round $r/$rounds: write_record, $mutation_calls calls, 1 in flight (${order[*]})"
-    for config in "${order[@]}"; do
-        out=$(run "$config" write_record "$mutation_calls" 1 "write-$config-r$r")
-        log "   $(printf '%-10s' "$config") $out"
-        add "write/$config" "$out"
-    done
-    settle
-    out=$("${pin[@]}" "$load" --fsync-loop "$seq_calls" --dir "$tmp" --record-bytes "$(cat "$tmp/record-bytes" 2>/dev/null || echo 540)")
-    log "   fsync loop $out"
-    fsync_p50+=" $(field "$out" p50_ms)" fsync_p99+=" $(field "$out" p99_ms)"
-done
-
-med() { local -n list=$1; median "${list[$2]}"; }
-ms() { calc "$1 / 1000" 3; }
-le() { awk "BEGIN { exit !($1 <= $2) }" && echo met || echo "not met"; }
-
-echo
-echo "toolgate proxy latency, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, $fstype, load average after the build $load_avg"
-((${#pin[@]} == 0)) || echo "every process on CPU 0 (--one-cpu)"
-echo "CPUs busy before the first run: $busy%; median of $rounds rounds; echo: $seq_calls calls at 1 in flight, $burst_calls at $inflight; write_record: $mutation_calls at 1; $warmup warm-up calls each"
-echo
-echo "| Path | In flight | Direct p50 / p99 (ms) | Proxy p50 / p99 (ms) | Added p50 / p99 (ms) | Proxy / direct p50 | Calls/s direct / proxy | Target | Result |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-row() { # row LABEL K DIRECT_KEY PROXY_KEY TARGET_P50_US TARGET_P99_US(or -)
-    local d50 d99 x50 x99 a50 a99 target verdict
-    d50=$(med p50 "$3") d99=$(med p99 "$3") x50=$(med p50 "$4") x99=$(med p99 "$4")
-    a50=$(calc "$x50 - $d50" 1) a99=$(calc "$x99 - $d99" 1)
-    if [[ $5 == - ]]; then
-        target="-" verdict="-"
-    elif [[ $6 == - ]]; then
-        target="added p50 <= $(ms "$5")"
-        verdict=$(le "$a50" "$5")
-    else
-        target="added p50 <= $(ms "$5"), p99 <= $(ms "$6")"
-        local v50 v99
-        v50=$(le "$a50" "$5") v99=$(le "$a99" "$6")
-        if [[ $v50 == met && $v99 == met ]]; then verdict="met"
-        else verdict="p50 $v50, p99 $v99"; fi
-    fi
-    printf '| %s | %s | %s / %s | %s / %s | %s / %s | %sx | %s / %s | %s | %s |\n' \
-        "$1" "$2" "$(ms "$d50")" "$(ms "$d99")" "$(ms "$x50")" "$(ms "$x99")" "$(ms "$a50")" "$(ms "$a99")" \
-        "$(calc "$x50 / $d50")" "$(calc "$(med rate "$3")" 0)" "$(calc "$(med rate "$4")" 0)" "$target" "$verdict"
-}
-for k in 1 "$inflight"; do
-    row "echo, proxy --audit buffered (audit off)" "$k" "direct/$k" "buffered/$k" 300 1000
-done
-for k in 1 "$inflight"; do
-    row "echo, proxy --audit synced (durable)" "$k" "direct/$k" "synced/$k" 600 -
-done
-row "write_record (medium, idempotency key), proxy synced" 1 "write/direct" "write/synced" - -
-row "write_record (low, no key), proxy synced" 1 "write/direct" "write/synced-low" - -
-
-echo
-echo "bare append + fdatasync loop, $(cat "$tmp/record-bytes" 2>/dev/null || echo 540)-byte records, same disk: p50 $(median "$fsync_p50") ms, p99 $(median "$fsync_p99") ms"
-
-echo
-for k in 1 "$inflight"; do
-    stats=$(cat "$tmp/synced-k$k-r$rounds.stats" 2>/dev/null || true)
-    if [[ -n $stats ]]; then
-        echo "proxy synced, echo, $k in flight (last round): audit records $(field "$stats" records), syncs $(field "$stats" syncs)"
-    fi
-done
-stats=$(cat "$tmp/write-synced-r$rounds.stats" 2>/dev/null || true)
-if [[ -n $stats ]]; then
-    echo "proxy synced, write_record (last round): audit records $(field "$stats" records), syncs $(field "$stats" syncs)"
-fi
+[[ $transport == http ]] || stdio_section
+[[ $transport == stdio ]] || http_section
