@@ -100,6 +100,8 @@ pub enum ConnectError {
     /// reads it from its environment and passes it in).
     #[error("no bearer token was given for {var}")]
     NoToken { var: String },
+    #[error("cannot set up an HTTP client: {0}")]
+    Client(reqwest::Error),
     #[error("MCP handshake failed: {0}")]
     Handshake(Box<ClientInitializeError>),
     #[error("tools/list failed: {0}")]

@@ -276,7 +276,8 @@ impl Upstream {
                     (None, Some(var)) => return Err(ConnectError::NoToken { var: var.clone() }),
                     (None, None) => {}
                 }
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let client = http_client().map_err(ConnectError::Client)?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
@@ -777,6 +778,46 @@ impl Drop for CancelOnDrop {
         }
     }
 }
+
+/// How long a connection to an HTTP upstream stays open unused before the gateway closes it:
+/// below the 5 s after which Node's `http` server and uvicorn close an idle keep-alive
+/// connection, so that the gateway, not the server, closes it, and a request is never written
+/// to a connection the server is closing at that moment.
+const IDLE_CONNECTION: Duration = Duration::from_secs(2);
+
+/// The HTTP client of one upstream connection: it keeps its connections open between requests.
+/// rmcp's default client keeps none, so that each POST of a call (and each reply) opened a new
+/// TCP connection, which both the gateway and the upstream paid for on every call. Redirects
+/// are followed as rmcp's default client follows them: only 307 and 308 (which keep the method
+/// and body) to the same origin (so the session id and the upstream's token go nowhere else),
+/// at most [`MAX_REDIRECTS`].
+fn http_client() -> reqwest::Result<reqwest::Client> {
+    let redirects = reqwest::redirect::Policy::custom(|attempt| {
+        let keeps_body = matches!(
+            attempt.status(),
+            reqwest::StatusCode::TEMPORARY_REDIRECT | reqwest::StatusCode::PERMANENT_REDIRECT
+        );
+        let same_origin = attempt
+            .previous()
+            .first()
+            .is_some_and(|first| first.origin() == attempt.url().origin());
+        if !keeps_body || !same_origin {
+            attempt.stop()
+        } else if attempt.previous().len() > MAX_REDIRECTS {
+            attempt.error(format!("more than {MAX_REDIRECTS} redirects"))
+        } else {
+            attempt.follow()
+        }
+    });
+    reqwest::Client::builder()
+        .pool_idle_timeout(IDLE_CONNECTION)
+        .tcp_nodelay(true)
+        .redirect(redirects)
+        .build()
+}
+
+/// Redirects one upstream request may follow.
+const MAX_REDIRECTS: usize = 10;
 
 /// Whether a failed discover means "this server speaks only `initialize` revisions".
 fn legacy_only(error: &ClientInitializeError) -> bool {

@@ -207,6 +207,44 @@ fn an_http_upstream_is_listed_called_refused_relayed_and_audited_by_name() {
     bench.assert_audit_verifies();
 }
 
+/// Calls to an HTTP upstream share the gateway's connections to it: twenty calls in a row open
+/// far fewer than twenty connections (a few may open when an idle one was closed, or when two
+/// requests were in flight at once; each POST on a connection of its own, as before, cost the
+/// gateway and the upstream a TCP handshake and an accept on every call). The sockets are counted in the kernel's table:
+/// every socket of this machine connected to the upstream's port, open or in TIME_WAIT, is one
+/// of the gateway's (the upstream's own sockets have its port as their local one) but for the
+/// connection that found it listening.
+#[cfg(target_os = "linux")]
+#[test]
+fn calls_to_an_http_upstream_reuse_its_connections() {
+    let bench = Bench::new("everything.toml");
+    let (server, mut proxy) = everything_behind_proxy(&bench, Era::Modern);
+    let before = sockets_connected_to(server.port);
+    for n in 0..20 {
+        let echo = proxy.call("echo", json!({"message": format!("call {n}")}));
+        assert_ran(&echo, "echo over HTTP");
+    }
+    let opened = sockets_connected_to(server.port).saturating_sub(before);
+    proxy.close();
+    server.stop();
+    assert!(
+        opened < 10,
+        "twenty calls opened {opened} more connections to the upstream"
+    );
+}
+
+/// Sockets of this machine, in any state, whose remote end is 127.0.0.1:`port`.
+#[cfg(target_os = "linux")]
+fn sockets_connected_to(port: u16) -> usize {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let remote = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter(|line| line.split_whitespace().nth(2) == Some(remote.as_str()))
+        .count()
+}
+
 #[test]
 fn a_config_file_mixes_an_http_and_a_stdio_upstream_each_prefixed() {
     let bench = Bench::with_policy_text(
