@@ -3,7 +3,8 @@
 //! rmcp gives every upstream request a progress token of its own, learnt only once the request is
 //! sent, and runs each notification handler on a task of its own. So three races are handled
 //! here: progress that arrives before its call is registered is kept and replayed when it is;
-//! notifications handled out of order are reduced to an increasing sequence (the spec requires
+//! notifications handled out of order within a millisecond of each other are put back in order,
+//! and what is still out of order is reduced to an increasing sequence (the spec requires
 //! `progress` to increase; a stale one is dropped, never sent backwards); and a call that asked
 //! for progress lets notifications already received drain before its answer leaves, so its last
 //! step is not lost behind the response.
@@ -25,6 +26,11 @@ const EARLY_KEPT: Duration = Duration::from_secs(30);
 /// How long a finished call waits for notification handlers already running.
 const DRAIN: Duration = Duration::from_millis(2);
 
+/// How long a notification waits for others of its call handled at about the same time, so that
+/// they go out in order: rmcp handles each on a task of its own, and the runtime may run a task
+/// spawned later first. Shorter than [`DRAIN`], so a finished call still waits for them.
+const REORDER: Duration = Duration::from_millis(1);
+
 /// Every upstream call in flight, by the upstream-side token.
 #[derive(Debug, Default)]
 pub(super) struct Routes {
@@ -42,6 +48,8 @@ struct Route {
     target: Option<Target>,
     /// The last progress value sent; held while sending, so sends are one at a time.
     last: tokio::sync::Mutex<Option<f64>>,
+    /// Notifications waiting out [`REORDER`], sent together in order of progress.
+    pending: Mutex<Vec<ProgressNotificationParam>>,
     seen: AtomicBool,
 }
 
@@ -64,8 +72,12 @@ impl Routes {
         let route = Arc::new(Route {
             target,
             last: tokio::sync::Mutex::new(None),
+            pending: Mutex::default(),
             seen: AtomicBool::new(false),
         });
+        // Held from before the route is live until what arrived early is sent: a notification
+        // handled meanwhile waits for it, rather than overtaking it and making it stale.
+        let mut last = route.last.lock().await;
         let early = {
             let mut table = self.lock();
             table.live.insert(token.clone(), Arc::clone(&route));
@@ -74,9 +86,10 @@ impl Routes {
         if let Some((_, mut early)) = early {
             early.sort_by(|a, b| a.progress.total_cmp(&b.progress));
             for params in early {
-                route.send(params).await;
+                route.send_locked(&mut last, params).await;
             }
         }
+        drop(last);
         Registered {
             routes: Arc::clone(self),
             token,
@@ -115,11 +128,23 @@ impl Routes {
 }
 
 impl Route {
-    async fn send(&self, mut params: ProgressNotificationParam) {
+    /// Sends `params` with whatever else of the call arrived within [`REORDER`], in order.
+    async fn send(&self, params: ProgressNotificationParam) {
+        crate::lock(&self.pending).push(params);
+        tokio::time::sleep(REORDER).await;
+        let mut last = self.last.lock().await;
+        let mut batch = std::mem::take(&mut *crate::lock(&self.pending));
+        batch.sort_by(|a, b| a.progress.total_cmp(&b.progress));
+        for params in batch {
+            self.send_locked(&mut last, params).await;
+        }
+    }
+
+    /// Sends `params` unless it is not past `last` (the route's, whose lock the caller holds).
+    async fn send_locked(&self, last: &mut Option<f64>, mut params: ProgressNotificationParam) {
         let Some((peer, token)) = &self.target else {
             return;
         };
-        let mut last = self.last.lock().await;
         if last.is_some_and(|sent| params.progress <= sent) {
             return;
         }
@@ -138,7 +163,8 @@ impl Registered {
             return;
         }
         tokio::task::yield_now().await;
-        if self.route.seen.load(Ordering::Relaxed) {
+        let waiting = !crate::lock(&self.route.pending).is_empty();
+        if waiting || self.route.seen.load(Ordering::Relaxed) {
             tokio::time::sleep(DRAIN).await;
         }
         drop(self.route.last.lock().await);
