@@ -132,6 +132,11 @@ pub enum Answer<R> {
         message: String,
         data: Option<Value>,
     },
+    /// The upstream runs the call on as a task (the MCP tasks extension, for a caller that
+    /// declared it): its task, passed on as the upstream gave it. The effect has started and has
+    /// not ended, so it is recorded in doubt until its end is seen. `replay`: the task an earlier
+    /// call with the same idempotency key became; nothing was sent again.
+    Task { task: Value, replay: bool },
 }
 
 /// An [`Answer`] without its payload: what the table of DESIGN.md §4 is about.
@@ -156,11 +161,12 @@ pub enum Kind {
     NotRun,
     InputRequired,
     Rejected,
+    Task,
 }
 
 impl Kind {
     /// Every kind, for tables and tests.
-    pub const ALL: [Kind; 19] = [
+    pub const ALL: [Kind; 20] = [
         Kind::Denied,
         Kind::Invalid,
         Kind::RateLimited,
@@ -180,6 +186,7 @@ impl Kind {
         Kind::NotRun,
         Kind::InputRequired,
         Kind::Rejected,
+        Kind::Task,
     ];
 
     /// The audit record's decision and outcome.
@@ -202,6 +209,9 @@ impl Kind {
             Self::Cancelled => (Decision::Allow, Outcome::Cancelled),
             Self::InputRequired => (Decision::Allow, Outcome::InputRequired),
             Self::Rejected => (Decision::Allow, Outcome::Failed),
+            // Started and not ended: neither committed nor failed yet. Its end, when the gateway
+            // sees it, is a record of its own.
+            Self::Task => (Decision::Allow, Outcome::InDoubt),
         }
     }
 
@@ -229,6 +239,8 @@ impl Kind {
             // Another copy of the call holds the key and may be mid-effect; a cancelled handler
             // may have done its work before it noticed.
             Self::InDoubt | Self::Timeout | Self::InFlight | Self::Cancelled => Executed::Unknown,
+            // It runs on upstream: it may be anywhere between not begun and done.
+            Self::Task => Executed::Unknown,
         }
     }
 
@@ -237,7 +249,9 @@ impl Kind {
     pub fn wire(self) -> Wire {
         match self {
             Self::Denied => Wire::RpcError(INVALID_PARAMS),
-            Self::Ran | Self::Replay | Self::ToolError | Self::InputRequired => Wire::Result,
+            Self::Ran | Self::Replay | Self::ToolError | Self::InputRequired | Self::Task => {
+                Wire::Result
+            }
             Self::Cancelled => Wire::NoResponse,
             Self::Rejected => Wire::UpstreamError,
             _ => Wire::ErrorResult,
@@ -266,6 +280,7 @@ impl Kind {
             Self::NotRun => "not_run",
             Self::InputRequired => "input_required",
             Self::Rejected => "rejected",
+            Self::Task => "task",
         }
     }
 
@@ -305,6 +320,9 @@ impl Kind {
                 "an input_required result: the caller answers the tool's questions and calls again"
             }
             Self::Rejected => "the upstream's own JSON-RPC error, its code, message and data kept",
+            Self::Task => {
+                "the upstream's task (tasks extension): the caller follows it with tasks/get"
+            }
         }
     }
 }
@@ -332,6 +350,8 @@ impl<R> Answer<R> {
             Self::NotRun { .. } => Kind::NotRun,
             Self::InputRequired(_) => Kind::InputRequired,
             Self::Rejected { .. } => Kind::Rejected,
+            Self::Task { replay: true, .. } => Kind::Replay,
+            Self::Task { .. } => Kind::Task,
         }
     }
 
@@ -409,6 +429,7 @@ impl<R> Answer<R> {
             | Self::Replay(_)
             | Self::ToolError(_)
             | Self::InputRequired(_)
+            | Self::Task { .. }
             | Self::Cancelled => return None,
             Self::Rejected { message, .. } => message.clone(),
         })
@@ -466,6 +487,7 @@ impl<R> Answer<R> {
             | Self::ToolError(_)
             | Self::InputRequired(_)
             | Self::Rejected { .. }
+            | Self::Task { .. }
             | Self::Cancelled => json!({}),
         };
         match value {
@@ -485,6 +507,7 @@ impl<R> Answer<R> {
             | Kind::Failed
             | Kind::Timeout
             | Kind::Rejected
+            | Kind::Task
             | Kind::InDoubt => Self::InDoubt {
                 why: format!("its audit record could not be written: {why}"),
             },

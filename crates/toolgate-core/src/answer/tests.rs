@@ -142,6 +142,13 @@ const TABLE: &[(Kind, Wire, Decision, Outcome, Executed)] = &[
         Outcome::InputRequired,
         Executed::No,
     ),
+    (
+        Kind::Task,
+        Wire::Result,
+        Decision::Allow,
+        Outcome::InDoubt,
+        Executed::Unknown,
+    ),
 ];
 
 #[test]
@@ -165,6 +172,7 @@ fn nothing_that_may_have_run_says_not_executed() {
         Kind::InDoubt,
         Kind::Cancelled,
         Kind::InFlight,
+        Kind::Task,
     ] {
         assert_eq!(kind.executed(), Executed::Unknown, "{kind:?}");
     }
@@ -192,6 +200,11 @@ fn a_lost_record_turns_what_ran_into_doubt_and_leaves_refusals_alone() {
     assert_eq!(ran.unrecorded("disk full").kind(), Kind::InDoubt);
     let replay: Answer<u8> = Answer::Replay(7);
     assert_eq!(replay.unrecorded("disk full").kind(), Kind::InDoubt);
+    let task: Answer<u8> = Answer::Task {
+        task: json!({"taskId": "t1"}),
+        replay: false,
+    };
+    assert_eq!(task.unrecorded("disk full").kind(), Kind::InDoubt);
     let timeout: Answer<u8> = Answer::Timeout { after_ms: 5 };
     assert_eq!(timeout.unrecorded("disk full").kind(), Kind::InDoubt);
     let denied: Answer<u8> = Answer::Denied {

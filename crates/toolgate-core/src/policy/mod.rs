@@ -169,6 +169,8 @@ pub struct Policy {
     resources: Vec<String>,
     /// Gateway: the upstreams whose requests of the caller pass, per kind.
     requests: ClientRequests,
+    /// Gateway: the upstreams whose tasks (MCP tasks extension) pass to callers that declare it.
+    tasks: Vec<String>,
 }
 
 /// What an upstream may ask of the caller through the gateway (MCP's server-to-client requests,
@@ -225,8 +227,15 @@ impl Default for ClientRequests {
     }
 }
 
-/// In `[passthrough] sampling / elicitation / roots`: every upstream.
+/// In `[passthrough] sampling / elicitation / roots / tasks`: every upstream.
 const ANY_UPSTREAM: &str = "*";
+
+/// Tasks pass from every upstream by default: the call that became a task was gated before it
+/// was forwarded (tier, approval, key), the upstream alone chose to run it as a task, and its
+/// result, questions and end pass through the same redaction, policy and audit as a call's.
+fn default_tasks() -> Vec<String> {
+    vec![ANY_UPSTREAM.to_owned()]
+}
 
 /// Why a call was refused, in words the client may see and a rule name the audit can keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -367,6 +376,7 @@ impl Policy {
             prompts: Vec::new(),
             resources: Vec::new(),
             requests: ClientRequests::default(),
+            tasks: default_tasks(),
         })
     }
 
@@ -424,6 +434,7 @@ impl Policy {
                     .unwrap_or(defaults_requests.elicitation),
                 roots: raw.passthrough.roots.unwrap_or(defaults_requests.roots),
             },
+            tasks: raw.passthrough.tasks.unwrap_or_else(default_tasks),
             prompts: raw.passthrough.prompts,
             resources: raw.passthrough.resources,
         })
@@ -438,6 +449,22 @@ impl Policy {
             ClientRequest::Roots => &self.requests.roots,
         };
         names.iter().any(|n| n == ANY_UPSTREAM || n == upstream)
+    }
+
+    /// Whether a tool call forwarded to `upstream` may come back as a task (the MCP tasks
+    /// extension, `[passthrough] tasks`), for a caller that declared the extension.
+    #[must_use]
+    pub fn passes_tasks_from(&self, upstream: &str) -> bool {
+        self.tasks
+            .iter()
+            .any(|n| n == ANY_UPSTREAM || n == upstream)
+    }
+
+    /// Whether any upstream's tasks may pass (`[passthrough] tasks` names one): the gateway then
+    /// declares the tasks extension, whichever upstreams are connected at the moment.
+    #[must_use]
+    pub fn passes_tasks(&self) -> bool {
+        !self.tasks.is_empty()
     }
 
     /// Whether the gateway passes the upstream prompt `name` through (`[passthrough] prompts`).

@@ -36,7 +36,8 @@ pub(super) struct RawV2 {
 }
 
 /// Gateway: upstream prompts and resources allowed through, by name and URI, and the upstreams
-/// whose requests of the caller (sampling, elicitation, roots) pass; `None` is the default.
+/// whose requests of the caller (sampling, elicitation, roots) and whose tasks pass; `None` is the
+/// default.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawPassthrough {
@@ -47,6 +48,7 @@ pub(super) struct RawPassthrough {
     pub(super) sampling: Option<Vec<String>>,
     pub(super) elicitation: Option<Vec<String>>,
     pub(super) roots: Option<Vec<String>>,
+    pub(super) tasks: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -411,3 +411,22 @@ fn questions_from_upstreams_pass_as_the_policy_says_with_sampling_refused_by_def
     let typo = Policy::from_bytes(b"version = 2\n[passthrough]\nsampling = \"llm\"\n");
     assert!(typo.is_err(), "a list is required: {typo:?}");
 }
+
+/// Tasks pass from every upstream unless the policy names fewer; an empty list passes none and
+/// the gateway then does not declare the extension.
+#[test]
+fn tasks_pass_from_every_upstream_unless_the_policy_names_fewer() {
+    let default = Policy::from_bytes(b"version = 2\n").expect("policy");
+    assert!(default.passes_tasks());
+    assert!(default.passes_tasks_from("anything"));
+    let named =
+        Policy::from_bytes(b"version = 2\n[passthrough]\ntasks = [\"jobs\"]\n").expect("policy");
+    assert!(named.passes_tasks());
+    assert!(named.passes_tasks_from("jobs"));
+    assert!(!named.passes_tasks_from("fs"));
+    let none = Policy::from_bytes(b"version = 2\n[passthrough]\ntasks = []\n").expect("policy");
+    assert!(!none.passes_tasks());
+    assert!(!none.passes_tasks_from("jobs"));
+    let typo = Policy::from_bytes(b"version = 2\n[passthrough]\ntasks = \"jobs\"\n");
+    assert!(typo.is_err(), "a list is required: {typo:?}");
+}
