@@ -13,7 +13,9 @@
 //! tool's error and the gate's error read the same.
 
 use rmcp::ErrorData;
-use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock, InputRequiredResult};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, InputRequiredResult,
+};
 use serde_json::{Map, Value, json};
 pub use toolgate_core::answer::{Answer, Executed, Kind, Wire};
 
@@ -37,10 +39,16 @@ pub fn to_wire(
             .map(CallToolResponse::InputRequired)
             .map_err(|e| ErrorData::internal_error(format!("input_required result: {e}"), None));
     }
+    if let Answer::Task { task, .. } = answer {
+        // The upstream's `CreateTaskResult`, kept as a value by the corridor; reads back.
+        return serde_json::from_value::<CreateTaskResult>(task)
+            .map(CallToolResponse::Task)
+            .map_err(|e| ErrorData::internal_error(format!("task result: {e}"), None));
+    }
     to_result(answer, tool, policy_sha256).map(CallToolResponse::Complete)
 }
 
-/// [`to_wire`] for every answer but `InputRequired`.
+/// [`to_wire`] for every answer but `InputRequired` and `Task`.
 fn to_result(
     answer: Answer<CallToolResult>,
     tool: &str,

@@ -16,7 +16,7 @@ use serde_json::{Map, Value, json};
 use toolgate_core::redact::{Echoes, Redactor};
 use toolgate_core::sanitize;
 
-use super::{Answer, CallState, Corridor};
+use super::{Answer, CallState, Corridor, Gate};
 
 impl Corridor<'_> {
     /// Redacts the tool's result, and sanitises it when the policy marks its output untrusted.
@@ -45,20 +45,30 @@ impl Corridor<'_> {
         echoes: &Echoes,
         result: CallToolResult,
     ) -> Option<CallToolResult> {
-        let untrusted = self
-            .gate
-            .policy()
-            .rule(name)
-            .is_some_and(|r| r.untrusted_output);
-        if untrusted {
-            let source = match &self.origin {
-                Some(upstream) => format!("upstream {upstream}, tool {name}"),
-                None => format!("tool {name}"),
-            };
-            return sanitise_result(self.gate.redactor(), &source, result);
-        }
-        redact_result(self.gate.redactor(), echoes, result)
+        clean_tool_result(self.gate, self.origin.as_deref(), name, echoes, result)
     }
+}
+
+/// A result of tool `name` (served by `origin`, if an upstream) as the client may see it:
+/// redacted, and sanitised when the policy marks the tool's output untrusted; `None` when it
+/// cannot be cleaned. The corridor's step, and the one a task's result takes when it arrives
+/// later (`tasks/get` through the gateway).
+pub(crate) fn clean_tool_result(
+    gate: &Gate,
+    origin: Option<&str>,
+    name: &str,
+    echoes: &Echoes,
+    result: CallToolResult,
+) -> Option<CallToolResult> {
+    let untrusted = gate.policy().rule(name).is_some_and(|r| r.untrusted_output);
+    if untrusted {
+        let source = match origin {
+            Some(upstream) => format!("upstream {upstream}, tool {name}"),
+            None => format!("tool {name}"),
+        };
+        return sanitise_result(gate.redactor(), &source, result);
+    }
+    redact_result(gate.redactor(), echoes, result)
 }
 
 /// Secrets in a tool's result never reach the client; binary content passes as it is. Only a

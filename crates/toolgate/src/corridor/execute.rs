@@ -62,6 +62,9 @@ impl Corridor<'_> {
                     });
                 }
                 Ok(Claim::Claimed) => break,
+                Ok(Claim::Replay(stored)) if is_task(&stored) => {
+                    return Break(self.replay_task(call, stored));
+                }
                 Ok(Claim::Replay(stored)) => {
                     return Break(match serde_json::from_value::<CallToolResult>(stored) {
                         Ok(result) => Answer::Replay(result),
@@ -185,6 +188,10 @@ impl Corridor<'_> {
                     message: error.message.into_owned(),
                     data: error.data,
                 },
+                Ok(Err(CallError::Task(task))) => Answer::Task {
+                    task: serde_json::to_value(task).unwrap_or(Value::Null),
+                    replay: false,
+                },
                 Ok(Err(CallError::NeedsInput(asked))) => {
                     Answer::InputRequired(serde_json::to_value(asked).unwrap_or(Value::Null))
                 }
@@ -194,6 +201,38 @@ impl Corridor<'_> {
                         after_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
                     }
                 }
+            },
+        }
+    }
+
+    /// A retry of a call that became a task: the same task, when the toolset still follows it
+    /// for this caller and the caller can take a task; otherwise in doubt (the task may have
+    /// done its work), and nothing is sent again either way.
+    fn replay_task(&self, call: &CallState<'_>, stored: Value) -> Answer<CallToolResult> {
+        let id = stored
+            .get("taskId")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let takes_tasks = call
+            .caller
+            .as_ref()
+            .is_some_and(|c| c.modern && c.capabilities.supports_tasks());
+        let followed = self.toolset.tracks_task(&self.gate.principal().sub, &id);
+        match (takes_tasks, followed) {
+            (true, true) => Answer::Task {
+                task: stored,
+                replay: true,
+            },
+            (false, true) => Answer::InDoubt {
+                why: format!(
+                    "an earlier call with this idempotency key runs on as task {id}; call again declaring the tasks extension to follow it"
+                ),
+            },
+            (_, false) => Answer::InDoubt {
+                why: format!(
+                    "an earlier call with this idempotency key became task {id}, which this server no longer follows; it was not sent again"
+                ),
             },
         }
     }
@@ -215,6 +254,9 @@ impl Corridor<'_> {
                 let stored = serde_json::to_value(result).unwrap_or(Value::Null);
                 store.complete(id, gate.owner(), &stored, now_ms()).await
             }
+            // The effect is under way as a task: a retry gets the same task back, never a second
+            // effect ([`Corridor::replay_task`]).
+            Answer::Task { task, .. } => store.complete(id, gate.owner(), task, now_ms()).await,
             // It reported failure, or nothing was attempted: a retry may run it again.
             _ if matches!(
                 answer.kind(),
@@ -235,4 +277,9 @@ impl Corridor<'_> {
             tracing::error!(error = %error, tool = call.name, key = %key, "outcome of an idempotent call not stored; a retry will wait or report in doubt");
         }
     }
+}
+
+/// A stored answer that is a task (`resultType: "task"`), not a tool's result.
+fn is_task(stored: &Value) -> bool {
+    stored.get("resultType").and_then(Value::as_str) == Some("task")
 }

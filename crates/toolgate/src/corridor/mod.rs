@@ -36,6 +36,7 @@ use toolgate_core::policy::Verdict;
 use toolgate_core::redact::Echoes;
 
 pub use answer::Answer;
+pub(crate) use clean::clean_tool_result;
 pub use gate::{AuditUnavailable, Gate, request_label};
 pub use limits::RateLimits;
 
@@ -228,6 +229,12 @@ impl<'a> Corridor<'a> {
         }
         for (key, value) in &call.detail {
             event = event.with(key, value.clone());
+        }
+        if let Answer::Task { task, .. } = answer
+            && let Some(id) = task.get("taskId")
+        {
+            // Its end is recorded under the same id when the gateway sees it (`tasks/get`).
+            event = event.with("task_id", id.clone());
         }
         from_upstream(event, self.origin.as_deref())
     }

@@ -219,7 +219,7 @@ fn read_answer(kind: ClientRequest, answer: serde_json::Value) -> Result<ClientR
 }
 
 /// 128 random bits, hex.
-fn random_name() -> String {
+pub(super) fn random_name() -> String {
     let mut bytes = [0u8; 16];
     // The OS's generator; without it no state could be unguessable, so nothing is held.
     getrandom::fill(&mut bytes).expect("the operating system's random generator");

@@ -14,6 +14,7 @@ mod pins;
 mod progress;
 mod relay;
 mod spec;
+mod tasks;
 mod upstream;
 
 use std::collections::HashMap;
@@ -24,6 +25,7 @@ use rmcp::model::Tool;
 use serde_json::{Map, Value, json};
 use tokio::sync::Notify;
 use toolgate_core::audit::{Decision, Outcome};
+use toolgate_core::redact::Echoes;
 
 pub use error::{ConnectError, LockError, SpecError, UrlProblem};
 pub use pins::{Lock, Pin, default_path as default_lock_path, definition_sha256};
@@ -65,6 +67,8 @@ struct Inner {
     snapshot: RwLock<Arc<Snapshot>>,
     /// Bumped when what is offered changes.
     version: tokio::sync::watch::Sender<u64>,
+    /// The upstreams' tasks handed to callers (`tasks.rs`).
+    tasks: tasks::Tasks,
 }
 
 /// One consistent view: the catalog and where each offered name goes.
@@ -93,6 +97,7 @@ impl Gateway {
             gate,
             snapshot: RwLock::default(),
             version: tokio::sync::watch::channel(0).0,
+            tasks: tasks::Tasks::default(),
         });
         for upstream in &inner.upstreams {
             upstream.supervise();
@@ -242,15 +247,44 @@ impl Toolset for Gateway {
                 .as_ref()
                 .map(|c| c.peer.clone())
                 .zip(call.progress_token.clone());
+            // Taken before the arguments go upstream, for a caller that may be handed a task.
+            let origin = call
+                .caller
+                .as_ref()
+                .is_some_and(|c| c.modern && c.capabilities.supports_tasks())
+                .then(|| tasks::Origin {
+                    upstream: index,
+                    tool: call.name.to_owned(),
+                    principal: call.principal.sub.clone(),
+                    label: crate::corridor::request_label(&call.arguments),
+                    digest: call.args_digest.to_owned(),
+                    echoes: Echoes::of(&Value::Object(call.arguments.clone())),
+                });
             let asker = call.caller.map(|caller| Asker {
                 caller,
                 gate: call.gate.clone(),
                 name: call.name.to_owned(),
                 questions: None,
             });
-            let round = self.inner.upstreams[index]
+            let round = match self.inner.upstreams[index]
                 .call(&tool, call.arguments, progress, read_only, asker.as_ref())
-                .await?;
+                .await
+            {
+                Err(CallError::Task(task)) => {
+                    return Err(match origin {
+                        Some(origin) => {
+                            CallError::Task(Box::new(self.inner.tasks.hand_out(origin, *task)))
+                        }
+                        // Never offered, so never passed on: a caller that did not declare
+                        // the extension cannot follow a task, and it may be doing the work.
+                        None => CallError::InDoubt(format!(
+                            "upstream {} answered with a task the caller cannot follow",
+                            self.inner.upstreams[index].name()
+                        )),
+                    });
+                }
+                other => other?,
+            };
             match round {
                 Round::Done(result) => Ok(result),
                 Round::Asks(asks) => Err(CallError::NeedsInput(Box::new(asks))),
@@ -306,6 +340,10 @@ impl Toolset for Gateway {
 
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.inner.version.subscribe())
+    }
+
+    fn tracks_task(&self, principal: &str, task_id: &str) -> bool {
+        self.inner.tasks.knows(principal, task_id)
     }
 
     /// The upstream the name's prefix (or the only upstream) names; withheld tools included.

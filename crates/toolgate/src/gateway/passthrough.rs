@@ -19,11 +19,12 @@ use std::sync::Arc;
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResponse, Prompt, ReadResourceRequest,
-    ReadResourceRequestParams, ReadResourceResponse, Reference, Resource, ResourceTemplate,
-    ResultType, ServerResult, SetLevelRequest, SetLevelRequestParams, SubscribeRequest,
-    SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+    CancelTaskParams, ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult,
+    GetPromptRequest, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResponse, Reference,
+    Resource, ResourceTemplate, ResultType, ServerResult, SetLevelRequest, SetLevelRequestParams,
+    SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
+    UpdateTaskParams,
 };
 
 use super::error::PassError;
@@ -244,6 +245,33 @@ impl Passthrough for Gateway {
             }
             Ok(())
         })
+    }
+
+    fn get_task(
+        &self,
+        params: GetTaskParams,
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, GetTaskResult> {
+        Box::pin(Gateway::get_task(self, params, caller, gate))
+    }
+
+    fn update_task(
+        &self,
+        params: UpdateTaskParams,
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, ()> {
+        Box::pin(Gateway::update_task(self, params, caller, gate))
+    }
+
+    fn cancel_task(
+        &self,
+        params: CancelTaskParams,
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, ()> {
+        Box::pin(Gateway::cancel_task(self, params, caller, gate))
     }
 
     fn features(&self) -> Features {

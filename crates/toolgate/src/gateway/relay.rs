@@ -339,13 +339,12 @@ fn same_session(a: &Peer<RoleServer>, b: &Peer<RoleServer>) -> bool {
 }
 
 /// What the gateway may tell an upstream that the caller can answer: the caller's own
-/// capabilities, less the kinds the policy does not pass from this upstream.
-pub(super) fn offered(
-    gate: &Gate,
-    upstream: &str,
-    caller: &ClientCapabilities,
-) -> ClientCapabilities {
-    let policy = gate.policy();
+/// capabilities, less the kinds the policy does not pass from this upstream. The tasks extension
+/// only for a 2026-07-28 caller that declared it on this request, and only from an upstream
+/// whose tasks the policy passes (`[passthrough] tasks`): an upstream never returns a task to a
+/// caller that could not follow it.
+pub(super) fn offered(gate: &Gate, upstream: &str, caller: &Caller) -> ClientCapabilities {
+    let (policy, modern, caller) = (gate.policy(), caller.modern, &caller.capabilities);
     let mut offered = ClientCapabilities::default();
     if policy.passes_request(ClientRequest::Sampling, upstream) {
         offered.sampling.clone_from(&caller.sampling);
@@ -356,6 +355,12 @@ pub(super) fn offered(
     if policy.passes_request(ClientRequest::Roots, upstream) {
         offered.roots.clone_from(&caller.roots);
     }
+    if modern && caller.supports_tasks() && policy.passes_tasks_from(upstream) {
+        offered.extensions.get_or_insert_default().insert(
+            rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+            serde_json::Map::new(),
+        );
+    }
     offered
 }
 
@@ -365,7 +370,7 @@ const CALLER_RULE: &str = "caller.capabilities";
 
 /// The policy passes `kind` from `upstream`, and the caller said it can answer it; else the
 /// error for the upstream and the rule that refused it.
-fn passes(
+pub(super) fn passes(
     asker: &Asker,
     upstream: &str,
     kind: ClientRequest,
@@ -403,7 +408,12 @@ fn passes(
 
 /// One record per question: passed (allow / observed, by the policy's rule) or refused by
 /// `rule` (deny / not executed), with the upstream and the request it belongs to.
-async fn audit(asker: &Asker, upstream: &str, kind: ClientRequest, passed: Result<(), &str>) {
+pub(super) async fn audit(
+    asker: &Asker,
+    upstream: &str,
+    kind: ClientRequest,
+    passed: Result<(), &str>,
+) {
     let (decision, outcome, rule) = match passed {
         Ok(()) => (Decision::Allow, Outcome::Observed, kind.rule()),
         Err(rule) => (Decision::Deny, Outcome::NotExecuted, rule),
@@ -433,7 +443,7 @@ async fn put(caller: &Caller, mut request: ServerRequest) -> Result<ClientResult
 }
 
 /// What an `input_required` question asks for (`None`: a kind this build does not know).
-fn kind_of(request: &InputRequest) -> Option<ClientRequest> {
+pub(super) fn kind_of(request: &InputRequest) -> Option<ClientRequest> {
     match request {
         InputRequest::CreateMessage(_) => Some(ClientRequest::Sampling),
         InputRequest::Elicitation(_) => Some(ClientRequest::Elicitation),

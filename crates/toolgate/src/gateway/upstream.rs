@@ -317,10 +317,9 @@ impl Upstream {
                 match self.send(request, asker, progress, read_only).await? {
                     ServerResult::CallToolResult(result) => Ok(Round::Done(result)),
                     ServerResult::InputRequiredResult(asks) => Ok(Round::Asks(asks)),
-                    ServerResult::CreateTaskResult(_) => Err(CallError::Failed(format!(
-                        "upstream {} answered with a task, which the gateway does not pass through",
-                        self.spec.name
-                    ))),
+                    // Offered only to a caller that declared the tasks extension ([`relay::offered`]);
+                    // the gateway registers it before it goes out (`tasks.rs`).
+                    ServerResult::CreateTaskResult(task) => Err(CallError::Task(Box::new(task))),
                     _ => Err(CallError::Failed(format!(
                         "upstream {} answered tools/call with something else",
                         self.spec.name
@@ -445,7 +444,7 @@ impl Upstream {
         if let Some(asker) = asker
             && speaks_modern(&peer)
         {
-            let offered = relay::offered(&asker.gate, &self.spec.name, &asker.caller.capabilities);
+            let offered = relay::offered(&asker.gate, &self.spec.name, &asker.caller);
             let mut meta = RequestMetaObject::new();
             meta.set_client_capabilities(offered);
             // 2026-07-28 has no logging/setLevel: the level a legacy session set travels here.

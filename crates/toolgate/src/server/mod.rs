@@ -17,15 +17,16 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, CompleteRequestMethod,
+    CacheScope, CallToolRequestParams, CallToolResponse, CancelTaskParams, CompleteRequestMethod,
     CompleteRequestParams, CompleteResult, GetPromptRequestMethod, GetPromptRequestParams,
-    GetPromptResponse, InputResponses, ListPromptsRequestMethod, ListPromptsResult,
+    GetPromptResponse, GetTaskParams, GetTaskResult, InitializeRequestParams, InitializeResult,
+    InputResponses, ListPromptsRequestMethod, ListPromptsResult,
     ListResourceTemplatesRequestMethod, ListResourceTemplatesResult, ListResourcesRequestMethod,
     ListResourcesResult, ListToolsResult, MetaObject, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestMethod, ReadResourceRequestParams, ReadResourceResponse, Reference,
     ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestMethod,
-    SubscribeRequestParams, SubscriptionFilter, Tool, UnsubscribeRequestMethod,
-    UnsubscribeRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, TASKS_EXTENSION_ID, Tool, UnsubscribeRequestMethod,
+    UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -216,6 +217,14 @@ impl ServerHandler for GateServer {
         {
             tools.list_changed = Some(true);
         }
+        // Decided by the policy alone, like prompts and resources: what is declared stays the
+        // same while upstreams come and go. `initialize` sessions do not see it ([`Self::initialize`]).
+        if self.passes_tasks() {
+            capabilities
+                .extensions
+                .get_or_insert_default()
+                .insert(TASKS_EXTENSION_ID.to_owned(), serde_json::Map::new());
+        }
         ServerConfig::new(capabilities)
             .with_server_info(crate::implementation())
             .with_instructions(
@@ -225,6 +234,57 @@ impl ServerHandler for GateServer {
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
         Cow::Borrowed(PROTOCOL_VERSIONS)
+    }
+
+    /// The handshake of the `initialize` revisions, less the 2026-07-28 tasks extension: their
+    /// sessions stay as they were (2025-11-25's experimental tasks are another protocol, which
+    /// the gateway does not pass).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut result = self.negotiate_initialize(&request)?;
+        if let Some(extensions) = result.capabilities.extensions.as_mut() {
+            extensions.remove(TASKS_EXTENSION_ID);
+            if extensions.is_empty() {
+                result.capabilities.extensions = None;
+            }
+        }
+        Ok(result)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let (pass, gate) = self.task_pass(&context, &request.task_id)?;
+        let caller = caller(&context, (None, None));
+        let mut result = pass.get_task(request, caller, gate).await?;
+        result.meta = Some(server_meta());
+        Ok(result)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (pass, gate) = self.task_pass(&context, &request.task_id)?;
+        pass.update_task(request, caller(&context, (None, None)), gate)
+            .await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let (pass, gate) = self.task_pass(&context, &request.task_id)?;
+        pass.cancel_task(request, caller(&context, (None, None)), gate)
+            .await
     }
 
     async fn list_tools(
@@ -542,6 +602,29 @@ impl GateServer {
     /// names at least one. The one rule behind both what `get_info` declares and what is answered.
     fn passes(&self, kind: Kind) -> bool {
         self.passthrough(kind).is_some()
+    }
+
+    /// Whether the server passes upstream tasks: a toolset with upstreams, and a policy that
+    /// passes some upstream's tasks (`[passthrough] tasks`).
+    fn passes_tasks(&self) -> bool {
+        self.toolset.passthrough().is_some() && self.gate.policy().passes_tasks()
+    }
+
+    /// Where a `tasks/*` request goes, and the caller's gate. rmcp has answered a request the
+    /// server does not declare the extension for, or whose caller did not declare it; a legacy
+    /// session, which was never handed a task, gets the answer to an unknown one.
+    fn task_pass(
+        &self,
+        context: &RequestContext<RoleServer>,
+        id: &str,
+    ) -> Result<(&dyn Passthrough, Gate), ErrorData> {
+        let unknown = || ErrorData::invalid_params(format!("unknown task: {id}"), None);
+        let pass = self
+            .toolset
+            .passthrough()
+            .filter(|_| is_modern(context))
+            .ok_or_else(unknown)?;
+        Ok((pass, self.gate_for(context).into_owned()))
     }
 
     fn passthrough(&self, kind: Kind) -> Option<&dyn Passthrough> {

@@ -23,10 +23,11 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolResult, ClientCapabilities, CompleteRequestParams, CompleteResult,
-    GetPromptRequestParams, GetPromptResponse, InputRequiredResult, InputResponses, ProgressToken,
-    Prompt, ReadResourceRequestParams, ReadResourceResponse, RequestId, Resource, ResourceTemplate,
-    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    CallToolResult, CancelTaskParams, ClientCapabilities, CompleteRequestParams, CompleteResult,
+    CreateTaskResult, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    InputRequiredResult, InputResponses, ProgressToken, Prompt, ReadResourceRequestParams,
+    ReadResourceResponse, RequestId, Resource, ResourceTemplate, SetLevelRequestParams,
+    SubscribeRequestParams, UnsubscribeRequestParams, UpdateTaskParams,
 };
 use rmcp::{ErrorData, Peer, RoleServer};
 use serde_json::{Map, Value};
@@ -68,6 +69,9 @@ pub enum CallError {
     /// The backend refused the request at the protocol level (an upstream's own JSON-RPC
     /// error): passed on with its code, message and data, already redacted.
     Rejected(ErrorData),
+    /// The backend runs the call on as a task (an upstream's answer under the MCP tasks
+    /// extension, to a caller that declared it): the caller follows it with `tasks/get`.
+    Task(Box<CreateTaskResult>),
 }
 
 impl From<ErrorData> for CallError {
@@ -82,6 +86,7 @@ impl std::fmt::Display for CallError {
             Self::Refused { denial, .. } => write!(f, "refused by rule {}", denial.rule),
             Self::Failed(why) | Self::Unavailable(why) | Self::InDoubt(why) => f.write_str(why),
             Self::NeedsInput(_) => f.write_str("the caller's input is required"),
+            Self::Task(task) => write!(f, "it runs on as task {}", task.task.task_id),
             Self::Rejected(error) => f.write_str(&error.message),
         }
     }
@@ -181,6 +186,12 @@ pub trait Toolset: Debug + Send + Sync + 'static {
         None
     }
 
+    /// Whether `task_id` is a task this toolset handed to `principal` and still follows (an
+    /// idempotent retry of the call that became it then gets it back).
+    fn tracks_task(&self, _principal: &str, _task_id: &str) -> bool {
+        false
+    }
+
     /// Prompts and resources from elsewhere that the server may pass through (the gateway's
     /// upstreams); the policy decides which.
     fn passthrough(&self) -> Option<&dyn Passthrough> {
@@ -219,6 +230,29 @@ pub trait Passthrough: Send + Sync {
     /// `resources/subscribe`: the caller's session is told when the resource changes.
     fn subscribe(&self, params: SubscribeRequestParams, caller: Caller) -> PassFuture<'_, ()>;
     fn unsubscribe(&self, params: UnsubscribeRequestParams, caller: Caller) -> PassFuture<'_, ()>;
+    /// `tasks/get` of a task the caller was handed (MCP tasks extension): its state as the
+    /// upstream reports it, cleaned as a call's result is. A task that is not the caller's is
+    /// unknown.
+    fn get_task(
+        &self,
+        params: GetTaskParams,
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, GetTaskResult>;
+    /// `tasks/update`: the caller's answers to the task's questions.
+    fn update_task(
+        &self,
+        params: UpdateTaskParams,
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, ()>;
+    /// `tasks/cancel`: asks the upstream to stop the task.
+    fn cancel_task(
+        &self,
+        params: CancelTaskParams,
+        caller: Caller,
+        gate: Gate,
+    ) -> PassFuture<'_, ()>;
     /// What the upstreams offer of the optional features (`completions`, `logging`, resource
     /// subscriptions), so that the server declares no more than works.
     fn features(&self) -> Features;
