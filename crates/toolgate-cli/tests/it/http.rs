@@ -23,6 +23,7 @@ mod gateway;
 mod helpdesk;
 mod interop;
 mod jwks_url;
+mod tasks;
 mod transport;
 
 use std::io::{Read, Write};
