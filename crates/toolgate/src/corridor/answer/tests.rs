@@ -17,6 +17,7 @@ enum Seen {
     ErrorResult(Value),
     Result,
     InputRequired,
+    Task,
     Nothing,
 }
 
@@ -25,7 +26,7 @@ fn seen(answer: Answer<CallToolResult>) -> (Seen, Option<CallToolResult>) {
         Err(error) if error.code.0 == -32603 => (Seen::Nothing, None),
         Err(error) => (Seen::RpcError(error.code.0), None),
         Ok(CallToolResponse::InputRequired(_)) => (Seen::InputRequired, None),
-        Ok(CallToolResponse::Task(_)) => panic!("the corridor makes no tasks"),
+        Ok(CallToolResponse::Task(_)) => (Seen::Task, None),
         Ok(CallToolResponse::Complete(result)) if result.is_error == Some(true) => {
             let structured = result.structured_content.clone().unwrap_or_default();
             let meta = result.meta.clone().unwrap_or_default();
@@ -132,6 +133,14 @@ fn every_answer() -> Vec<Answer<CallToolResult>> {
             "inputRequests": {"confirm": {"method": "roots/list", "params": {}}},
             "requestState": "s1",
         })),
+        Answer::Task {
+            task: json!({
+                "resultType": "task", "taskId": "t-1", "status": "working",
+                "createdAt": "2026-08-01T00:00:00Z", "lastUpdatedAt": "2026-08-01T00:00:00Z",
+                "ttlMs": 60000,
+            }),
+            replay: false,
+        },
     ]
 }
 
@@ -244,6 +253,7 @@ fn table() -> Vec<(Kind, Seen, Decision, Outcome)> {
             Decision::Allow,
             Outcome::InputRequired,
         ),
+        (Kind::Task, Seen::Task, Decision::Allow, Outcome::InDoubt),
     ]
 }
 
