@@ -1,17 +1,21 @@
 //! The `clean` step: secrets never reach the client, and output the policy marks untrusted is
 //! sanitised and labelled before the model reads it (DESIGN.md §1 step 9).
 //!
-//! Only the tool's own results are touched: the gate's answers are its own words, redacted where
-//! they quote anything. A result that cannot be cleaned is withheld, never sent raw.
+//! Only what upstreams and tools produce is touched: the gate's answers are its own words,
+//! redacted where they quote anything. A tool's result, and what the gateway passes through from
+//! an upstream for a model or person to read (a prompt's messages, a resource's contents), take
+//! the same rule. A result that cannot be cleaned is withheld, never sent raw.
 //!
 //! Binary content is never altered: an `image` or `audio` block's `data` and an embedded
 //! resource's `blob` are base64 a client decodes, and replacing any of it with a marker breaks the
 //! file without protecting anything a reader sees. Every other string in the result (text blocks,
 //! resource text, links, `structuredContent`, `_meta`) is redacted, keeping its JSON type; the
-//! random-string rule spares the strings the caller sent in this call's arguments
-//! ([`Echoes`]), so an id the caller made up comes back as it was sent.
+//! random-string rule spares the strings the caller sent in this request ([`Echoes`]), so an id
+//! the caller made up comes back as it was sent.
 
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResult, GetPromptResult, ReadResourceResult};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 use toolgate_core::redact::{Echoes, Redactor};
 use toolgate_core::sanitize;
@@ -71,14 +75,46 @@ pub(crate) fn clean_tool_result(
     redact_result(gate.redactor(), echoes, result)
 }
 
-/// Secrets in a tool's result never reach the client; binary content passes as it is. Only a
-/// field that holds something to redact is rewritten, and only a result with such a field is
-/// rebuilt.
+/// Secrets in a tool's result never reach the client; binary content passes as it is.
 fn redact_result(
     redactor: &Redactor,
     echoes: &Echoes,
     result: CallToolResult,
 ) -> Option<CallToolResult> {
+    redact_readable(redactor, echoes, result, "content")
+}
+
+/// A prompt an upstream rendered (`prompts/get` through the gateway) as the client may see it:
+/// its description and messages redacted as a tool's result is; `None` when it cannot be cleaned.
+pub(crate) fn redact_prompt(
+    redactor: &Redactor,
+    echoes: &Echoes,
+    result: GetPromptResult,
+) -> Option<GetPromptResult> {
+    redact_readable(redactor, echoes, result, "messages")
+}
+
+/// A resource an upstream read (`resources/read` through the gateway) as the client may see it:
+/// text contents redacted as a tool's result is, `blob` contents as they came; `None` when it
+/// cannot be cleaned.
+pub(crate) fn redact_resource(
+    redactor: &Redactor,
+    echoes: &Echoes,
+    result: ReadResourceResult,
+) -> Option<ReadResourceResult> {
+    redact_readable(redactor, echoes, result, "contents")
+}
+
+/// `result` with every string a reader sees redacted: the field named `blocks` is walked so that
+/// the binary fields in it stay as they are ([`redact_blocks`]), every other field is redacted
+/// whole. Only a field that holds something to redact is rewritten, and only a result with such a
+/// field is rebuilt.
+fn redact_readable<T: Serialize + DeserializeOwned>(
+    redactor: &Redactor,
+    echoes: &Echoes,
+    result: T,
+    blocks: &str,
+) -> Option<T> {
     let mut value = serde_json::to_value(&result).ok()?;
     let Value::Object(fields) = &mut value else {
         return None;
@@ -91,45 +127,64 @@ fn redact_result(
         }
     };
     for (key, field) in fields.iter_mut() {
-        match (key.as_str(), field) {
-            ("content", Value::Array(blocks)) => {
-                for block in blocks {
-                    redact_block(block, &mut redact);
-                }
-            }
-            (_, field) => redact(field),
+        if key == blocks {
+            redact_blocks(field, &mut redact);
+        } else {
+            redact(field);
         }
     }
     if !changed {
         return Some(result);
     }
-    rebuild(value)
+    serde_json::from_value(value).ok()
 }
 
-/// One content block through `redact`, its binary fields kept as they are: an `image` or `audio`
-/// block's `data` (MCP schema, `ImageContent.data`, `AudioContent.data`) and an embedded
-/// resource's `blob`.
-fn redact_block(block: &mut Value, redact: &mut impl FnMut(&mut Value)) {
-    let Value::Object(fields) = block else {
-        return redact(block);
-    };
-    let binary = matches!(
+/// Content through `redact`, its binary fields kept as they are: an `image` or `audio` block's
+/// `data` (MCP schema, `ImageContent.data`, `AudioContent.data`) and a resource's `blob`
+/// (`BlobResourceContents`, embedded in a block or read). Content blocks, prompt messages and
+/// resource contents nest in arrays and objects; the walk goes down only where binary sits, and
+/// hands every other subtree to `redact` whole, which keeps the sensitive-key rule.
+fn redact_blocks(value: &mut Value, redact: &mut impl FnMut(&mut Value)) {
+    match value {
+        Value::Array(items) => {
+            for item in items {
+                redact_blocks(item, redact);
+            }
+        }
+        Value::Object(fields) if holds_binary(fields) => {
+            let media = matches!(
+                fields.get("type").and_then(Value::as_str),
+                Some("image" | "audio")
+            );
+            let resource = fields.contains_key("uri");
+            for (key, field) in fields.iter_mut() {
+                match key.as_str() {
+                    "data" if media => {}
+                    "blob" if resource => {}
+                    _ => redact_blocks(field, redact),
+                }
+            }
+        }
+        other => redact(other),
+    }
+}
+
+/// Whether binary content sits in `fields` or below it.
+fn holds_binary(fields: &Map<String, Value>) -> bool {
+    let media = matches!(
         fields.get("type").and_then(Value::as_str),
         Some("image" | "audio")
     );
-    for (key, field) in fields.iter_mut() {
-        match (key.as_str(), field) {
-            ("data", _) if binary => {}
-            ("resource", Value::Object(resource)) => {
-                for (key, field) in resource.iter_mut() {
-                    if key != "blob" {
-                        redact(field);
-                    }
-                }
-            }
-            (_, field) => redact(field),
-        }
-    }
+    (media && fields.contains_key("data"))
+        || (fields.contains_key("uri") && fields.contains_key("blob"))
+        || fields.values().any(|field| match field {
+            Value::Object(inner) => holds_binary(inner),
+            Value::Array(items) => items.iter().any(|item| match item {
+                Value::Object(inner) => holds_binary(inner),
+                _ => false,
+            }),
+            _ => false,
+        })
 }
 
 /// Output the policy marks untrusted: every text the model will read (text blocks, embedded
@@ -190,16 +245,75 @@ fn rebuild(value: Value) -> Option<CallToolResult> {
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::CallToolResult;
+    use rmcp::model::{CallToolResult, GetPromptResult, ReadResourceResult};
     use serde_json::json;
     use toolgate_core::redact::{Echoes, Redactor};
 
-    use super::redact_result;
+    use super::{redact_prompt, redact_resource, redact_result};
+
+    /// Random base64 with no file signature, which the text rule would take for a key.
+    const DATA: &str = "q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1uNi4OxTl6WzA+AKIAIOSFODNN7EXAMPLE/w==";
+
+    #[test]
+    fn a_prompts_messages_are_redacted_and_its_images_kept() {
+        let result: GetPromptResult = serde_json::from_value(json!({
+            "description": "uses AKIAIOSFODNN7EXAMPLE",
+            "messages": [
+                {"role": "user", "content": {"type": "text", "text": "key AKIAIOSFODNN7EXAMPLE"}},
+                {"role": "user", "content": {"type": "image", "data": DATA, "mimeType": "image/png"}},
+                {"role": "assistant", "content": {"type": "resource", "resource": {"uri": "file:///k", "blob": DATA}}},
+                {"role": "assistant", "content": {"type": "resource", "resource": {"uri": "file:///t", "text": DATA}}},
+            ],
+        }))
+        .expect("a prompt");
+        let out = redact_prompt(&Redactor::default(), &Echoes::NONE, result).expect("cleaned");
+        let out = serde_json::to_value(out).expect("serialises");
+        assert_eq!(out["description"], json!("uses [REDACTED]"));
+        assert_eq!(
+            out["messages"],
+            json!([
+                {"role": "user", "content": {"type": "text", "text": "key [REDACTED]"}},
+                {"role": "user", "content": {"type": "image", "data": DATA, "mimeType": "image/png"}},
+                {"role": "assistant", "content": {"type": "resource", "resource": {"uri": "file:///k", "blob": DATA}}},
+                {"role": "assistant", "content": {"type": "resource", "resource": {"uri": "file:///t", "text": "[REDACTED]"}}},
+            ])
+        );
+    }
+
+    #[test]
+    fn a_resources_text_is_redacted_its_blob_kept_and_the_callers_uri_spared() {
+        let uri = "test://static/resource/q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1u";
+        let result: ReadResourceResult = serde_json::from_value(json!({
+            "contents": [
+                {"uri": uri, "mimeType": "text/plain", "text": "password=hunter2 key AKIAIOSFODNN7EXAMPLE"},
+                {"uri": uri, "mimeType": "application/octet-stream", "blob": DATA},
+            ],
+        }))
+        .expect("a resource");
+        let echoes = Echoes::of(&json!({"uri": uri}));
+        let out = redact_resource(&Redactor::default(), &echoes, result).expect("cleaned");
+        let out = serde_json::to_value(out).expect("serialises");
+        let text = out["contents"][0]["text"].as_str().expect("text");
+        assert!(!text.contains("AKIAIOSFODNN7EXAMPLE"), "{text}");
+        assert_eq!(out["contents"][0]["uri"], json!(uri));
+        assert_eq!(
+            out["contents"][1],
+            json!({"uri": uri, "mimeType": "application/octet-stream", "blob": DATA})
+        );
+    }
+
+    #[test]
+    fn a_clean_prompt_comes_back_as_it_went_in() {
+        let value =
+            json!({"messages": [{"role": "user", "content": {"type": "text", "text": "hello"}}]});
+        let result: GetPromptResult = serde_json::from_value(value.clone()).expect("a prompt");
+        let out = redact_prompt(&Redactor::default(), &Echoes::NONE, result).expect("cleaned");
+        assert_eq!(serde_json::to_value(out).expect("serialises"), value);
+    }
 
     #[test]
     fn binary_stays_and_text_is_redacted_without_changing_a_type() {
-        // Random base64 with no file signature, which the text rule would take for a key.
-        let data = "q8Zt3vXn0LwPj7Ka2RmYc5HsFd9GbE1uNi4OxTl6WzA+AKIAIOSFODNN7EXAMPLE/w==";
+        let data = DATA;
         let result: CallToolResult = serde_json::from_value(json!({
             "content": [
                 {"type": "text", "text": "key AKIAIOSFODNN7EXAMPLE"},

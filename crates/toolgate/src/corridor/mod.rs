@@ -36,7 +36,7 @@ use toolgate_core::policy::Verdict;
 use toolgate_core::redact::Echoes;
 
 pub use answer::Answer;
-pub(crate) use clean::clean_tool_result;
+pub(crate) use clean::{clean_tool_result, redact_prompt, redact_resource};
 pub use gate::{AuditUnavailable, Gate, request_label};
 pub use limits::RateLimits;
 

@@ -5,7 +5,9 @@
 //! finds the upstream (by a prompt's prefixed name, or the one that lists a URI), forwards the
 //! request as it came and returns the upstream's answer as it gave it: its result, an
 //! `input_required` result (answered for a legacy caller, passed to a 2026-07-28 one,
-//! [`super::relay`]), or its own JSON-RPC error with code, message and data kept (redacted). Lists
+//! [`super::relay`]), or its own JSON-RPC error with code, message and data kept (redacted). A
+//! prompt's messages and a resource's text are read by a model or a person, so they are redacted
+//! as a tool's result is, binary content kept (`corridor::redact_prompt`, `redact_resource`). Lists
 //! gather every upstream that declares the feature; one that fails to list is left out and logged,
 //! since a list is not a request for any one upstream's item. A result from an `initialize`-era
 //! upstream gets the `resultType` 2026-07-28 requires (rmcp removes it again for legacy callers).
@@ -26,12 +28,13 @@ use rmcp::model::{
     SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest, UnsubscribeRequestParams,
     UpdateTaskParams,
 };
+use toolgate_core::redact::Echoes;
 
 use super::error::PassError;
 use super::relay::{Asker, Round};
 use super::upstream::Upstream;
 use super::{Gateway, exposed_name};
-use crate::corridor::Gate;
+use crate::corridor::{Gate, redact_prompt, redact_resource};
 use crate::toolset::{Caller, Features, PassFuture, Passthrough};
 
 impl Passthrough for Gateway {
@@ -73,6 +76,7 @@ impl Passthrough for Gateway {
                 questions: None,
             };
             let own = own.to_owned();
+            let echoes = Echoes::of(&serde_json::to_value(&params.arguments).unwrap_or_default());
             let build = |(responses, state): (_, _)| {
                 let mut params = params.clone();
                 params.name.clone_from(&own);
@@ -89,7 +93,10 @@ impl Passthrough for Gateway {
             };
             Ok(
                 match upstream.request_with_input(&asker, build, done).await? {
-                    Round::Done(result) => GetPromptResponse::Complete(result),
+                    Round::Done(result) => GetPromptResponse::Complete(
+                        redact_prompt(asker.gate.redactor(), &echoes, result)
+                            .ok_or_else(|| withheld("prompt", &asker.name))?,
+                    ),
                     Round::Asks(asks) => GetPromptResponse::InputRequired(asks),
                 },
             )
@@ -157,7 +164,14 @@ impl Passthrough for Gateway {
             };
             Ok(
                 match upstream.request_with_input(&asker, build, done).await? {
-                    Round::Done(result) => ReadResourceResponse::Complete(result),
+                    Round::Done(result) => ReadResourceResponse::Complete(
+                        redact_resource(
+                            asker.gate.redactor(),
+                            &Echoes::of(&serde_json::json!({"uri": params.uri})),
+                            result,
+                        )
+                        .ok_or_else(|| withheld("resource", &asker.name))?,
+                    ),
                     Round::Asks(asks) => ReadResourceResponse::InputRequired(asks),
                 },
             )
@@ -346,6 +360,14 @@ impl Gateway {
 }
 
 /// The upstream answered with a result of another kind than the request's.
+/// A prompt or resource whose text could not be redacted: withheld, never sent raw.
+fn withheld(what: &str, name: &str) -> ErrorData {
+    ErrorData::internal_error(
+        format!("{what} {name}: the result could not be cleaned for the client; withheld"),
+        None,
+    )
+}
+
 fn unexpected(upstream: &Upstream, method: &str) -> ErrorData {
     ErrorData::internal_error(
         format!(

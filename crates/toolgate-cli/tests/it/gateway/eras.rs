@@ -173,3 +173,49 @@ fn prompts_and_resources_are_declared_exactly_when_the_policy_passes_some() {
         }
     }
 }
+
+/// A prompt an upstream renders is text a model reads: a secret registered with the gateway
+/// (`--secret-file`) that the upstream puts in it comes back redacted in both eras, even when the
+/// caller sent it, as it would in a tool's result; the rest of the prompt is as the upstream gave it.
+#[test]
+fn a_registered_secret_in_a_passed_prompt_is_redacted_in_both_eras() {
+    let secret = "tg-prompt-secret-6f1c2a9e0b7d";
+    let bench = Bench::with_policy_text(
+        "testbed.toml",
+        &format!(
+            "{}\n[passthrough]\nprompts = [\"greeting\"]\n",
+            super::gateway_policy("testbed.toml")
+        ),
+    );
+    let secret_file = bench.path("secret");
+    std::fs::write(&secret_file, secret).expect("write the secret file");
+    let up = bench.mkdir("up");
+    for era in [Era::Modern, Era::Legacy("2025-11-25")] {
+        let flags = [
+            "--name".to_owned(),
+            "tb".to_owned(),
+            "--secret-file".to_owned(),
+            secret_file.display().to_string(),
+        ];
+        let mut proxy = Proxy::start(
+            bench.proxy_command(&flags, &testbed(&up, "both")),
+            era,
+            &bench.log_path(),
+        );
+        for (who, expected) in [
+            (secret, "Say hello to [REDACTED]."),
+            ("Ada", "Say hello to Ada."),
+        ] {
+            let id = proxy.request(
+                "prompts/get",
+                json!({"name": "greeting", "arguments": {"name": who}}),
+            );
+            let reply = proxy.answer(id).0;
+            let messages = &reply["result"]["messages"];
+            assert_eq!(messages[0]["content"]["text"], expected, "{era:?}: {reply}");
+            assert_eq!(reply["result"]["description"], "A greeting", "{reply}");
+            assert!(!reply.to_string().contains(secret), "{era:?}: {reply}");
+        }
+        proxy.close();
+    }
+}
