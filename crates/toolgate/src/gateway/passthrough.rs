@@ -368,7 +368,8 @@ fn withheld(what: &str, name: &str) -> ErrorData {
     )
 }
 
-fn unexpected(upstream: &Upstream, method: &str) -> ErrorData {
+/// An upstream answered `method` with a result of another kind.
+pub(super) fn unexpected(upstream: &Upstream, method: &str) -> ErrorData {
     ErrorData::internal_error(
         format!(
             "upstream {} answered {method} with something else",

@@ -38,6 +38,7 @@ use toolgate_core::redact::Echoes;
 
 use super::Gateway;
 use super::held::random_name;
+use super::passthrough::unexpected;
 use super::relay::{self, Asker};
 use super::upstream::Upstream;
 use crate::corridor::answer::{Executed, tool_error};
@@ -466,14 +467,4 @@ fn ack(upstream: &Upstream, result: ServerResult, method: &str) -> Result<(), Er
         ServerResult::TaskAckResult(_) | ServerResult::EmptyResult(_) => Ok(()),
         _ => Err(unexpected(upstream, method)),
     }
-}
-
-fn unexpected(upstream: &Upstream, method: &str) -> ErrorData {
-    ErrorData::internal_error(
-        format!(
-            "upstream {} answered {method} with something else",
-            upstream.name()
-        ),
-        None,
-    )
 }
