@@ -1,35 +1,33 @@
 //! Progress from upstreams, routed to the caller that asked for it, under the caller's token.
 //!
 //! rmcp gives every upstream request a progress token of its own, learnt only once the request is
-//! sent, and runs each notification handler on a task of its own. So three races are handled
-//! here: progress that arrives before its call is registered is kept and replayed when it is;
-//! notifications handled out of order within a millisecond of each other are put back in order,
-//! and what is still out of order is reduced to an increasing sequence (the spec requires
-//! `progress` to increase; a stale one is dropped, never sent backwards); and a call that asked
-//! for progress lets notifications already received drain before its answer leaves, so its last
-//! step is not lost behind the response.
+//! sent, and runs each notification handler on a task of its own, in whatever order the runtime
+//! picks. So the order is not taken from the handlers: the upstream's transport is wrapped
+//! ([`Queued`]) and queues each progress notification as it arrives, which is the order the
+//! upstream sent them; a handler only flushes its call's queue, and whichever flush runs first
+//! sends everything queued, in that order. Progress that arrives before its call is registered is
+//! kept and queued first when it is. A call that asked for progress flushes its queue itself
+//! before its answer leaves: the transport hands rmcp one message at a time, so everything the
+//! upstream sent before the answer is already queued, and its last step is never lost behind the
+//! response. A `progress` that does not increase is dropped (the spec requires it to increase),
+//! never sent backwards.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{ProgressNotificationParam, ProgressToken};
-use rmcp::{Peer, RoleServer};
+use rmcp::model::{
+    ProgressNotificationParam, ProgressToken, ServerJsonRpcMessage, ServerNotification,
+};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::{Peer, RoleClient, RoleServer};
 
 /// Where a caller wants progress for one forwarded call: its connection and its own token.
 pub(super) type Target = (Peer<RoleServer>, ProgressToken);
 
 /// Progress for a token nobody registered is kept this long (then it belonged to no call).
 const EARLY_KEPT: Duration = Duration::from_secs(30);
-
-/// How long a finished call waits for notification handlers already running.
-const DRAIN: Duration = Duration::from_millis(2);
-
-/// How long a notification waits for others of its call handled at about the same time, so that
-/// they go out in order: rmcp handles each on a task of its own, and the runtime may run a task
-/// spawned later first. Shorter than [`DRAIN`], so a finished call still waits for them.
-const REORDER: Duration = Duration::from_millis(1);
 
 /// Every upstream call in flight, by the upstream-side token.
 #[derive(Debug, Default)]
@@ -46,14 +44,14 @@ struct Table {
 #[derive(Debug)]
 struct Route {
     target: Option<Target>,
-    /// The last progress value sent; held while sending, so sends are one at a time.
+    /// Received and not yet sent, in the upstream's order.
+    queue: Mutex<VecDeque<ProgressNotificationParam>>,
+    /// The last progress value sent; held while flushing, so that sends are one at a time and
+    /// in queue order.
     last: tokio::sync::Mutex<Option<f64>>,
-    /// Notifications waiting out [`REORDER`], sent together in order of progress.
-    pending: Mutex<Vec<ProgressNotificationParam>>,
-    seen: AtomicBool,
 }
 
-/// A registered call; [`Registered::finish`] drains, dropping it unregisters.
+/// A registered call; [`Registered::finish`] flushes, dropping it unregisters.
 #[derive(Debug)]
 pub(super) struct Registered {
     routes: Arc<Routes>,
@@ -71,25 +69,18 @@ impl Routes {
     ) -> Registered {
         let route = Arc::new(Route {
             target,
+            queue: Mutex::default(),
             last: tokio::sync::Mutex::new(None),
-            pending: Mutex::default(),
-            seen: AtomicBool::new(false),
         });
-        // Held from before the route is live until what arrived early is sent: a notification
-        // handled meanwhile waits for it, rather than overtaking it and making it stale.
-        let mut last = route.last.lock().await;
-        let early = {
+        {
+            // Under the table's lock, so that nothing arriving meanwhile overtakes the early ones.
             let mut table = self.lock();
             table.live.insert(token.clone(), Arc::clone(&route));
-            table.early.remove(&token)
-        };
-        if let Some((_, mut early)) = early {
-            early.sort_by(|a, b| a.progress.total_cmp(&b.progress));
-            for params in early {
-                route.send_locked(&mut last, params).await;
+            if let Some((_, early)) = table.early.remove(&token) {
+                crate::lock(&route.queue).extend(early);
             }
         }
-        drop(last);
+        route.flush().await;
         Registered {
             routes: Arc::clone(self),
             token,
@@ -97,28 +88,31 @@ impl Routes {
         }
     }
 
-    /// A notification from the upstream.
-    pub(super) async fn deliver(&self, params: ProgressNotificationParam) {
-        let route = {
-            let mut table = self.lock();
-            if let Some(route) = table.live.get(&params.progress_token) {
-                Some(Arc::clone(route))
-            } else {
-                let now = Instant::now();
-                table
-                    .early
-                    .retain(|_, (since, _)| now.duration_since(*since) < EARLY_KEPT);
-                table
-                    .early
-                    .entry(params.progress_token.clone())
-                    .or_insert_with(|| (now, Vec::new()))
-                    .1
-                    .push(params.clone());
-                None
-            }
-        };
+    /// The transport received a notification: queued in arrival order, or kept aside until its
+    /// call registers.
+    fn arrived(&self, params: ProgressNotificationParam) {
+        let mut table = self.lock();
+        if let Some(route) = table.live.get(&params.progress_token) {
+            crate::lock(&route.queue).push_back(params);
+            return;
+        }
+        let now = Instant::now();
+        table
+            .early
+            .retain(|_, (since, _)| now.duration_since(*since) < EARLY_KEPT);
+        table
+            .early
+            .entry(params.progress_token.clone())
+            .or_insert_with(|| (now, Vec::new()))
+            .1
+            .push(params);
+    }
+
+    /// rmcp handled a notification for `token`: send what its call has queued.
+    pub(super) async fn flush(&self, token: &ProgressToken) {
+        let route = self.lock().live.get(token).cloned();
         if let Some(route) = route {
-            route.send(params).await;
+            route.flush().await;
         }
     }
 
@@ -128,14 +122,13 @@ impl Routes {
 }
 
 impl Route {
-    /// Sends `params` with whatever else of the call arrived within [`REORDER`], in order.
-    async fn send(&self, params: ProgressNotificationParam) {
-        crate::lock(&self.pending).push(params);
-        tokio::time::sleep(REORDER).await;
+    /// Sends everything queued, in order.
+    async fn flush(&self) {
         let mut last = self.last.lock().await;
-        let mut batch = std::mem::take(&mut *crate::lock(&self.pending));
-        batch.sort_by(|a, b| a.progress.total_cmp(&b.progress));
-        for params in batch {
+        loop {
+            let Some(params) = crate::lock(&self.queue).pop_front() else {
+                return;
+            };
             self.send_locked(&mut last, params).await;
         }
     }
@@ -149,30 +142,58 @@ impl Route {
             return;
         }
         *last = Some(params.progress);
-        self.seen.store(true, Ordering::Relaxed);
         params.progress_token = token.clone();
         let _ = peer.notify_progress(params).await;
     }
 }
 
 impl Registered {
-    /// The call's answer arrived: when the caller asked for progress, let notifications the
-    /// upstream sent before its answer finish going out first.
+    /// The call's answer arrived: send every notification the upstream sent before it first.
     pub(super) async fn finish(&self) {
-        if self.route.target.is_none() {
-            return;
-        }
-        tokio::task::yield_now().await;
-        let waiting = !crate::lock(&self.route.pending).is_empty();
-        if waiting || self.route.seen.load(Ordering::Relaxed) {
-            tokio::time::sleep(DRAIN).await;
-        }
-        drop(self.route.last.lock().await);
+        self.route.flush().await;
     }
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
         self.routes.lock().live.remove(&self.token);
+    }
+}
+
+/// An upstream's transport that queues its progress notifications for their calls as they
+/// arrive ([`Routes`]); every message still goes to rmcp as it came.
+pub(super) struct Queued<T> {
+    inner: T,
+    routes: Arc<Routes>,
+}
+
+impl<T> Queued<T> {
+    pub(super) fn new(inner: T, routes: Arc<Routes>) -> Self {
+        Self { inner, routes }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Queued<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let ServerJsonRpcMessage::Notification(notification) = &message
+            && let ServerNotification::ProgressNotification(progress) = &notification.notification
+        {
+            self.routes.arrived(progress.params.clone());
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
     }
 }

@@ -256,6 +256,7 @@ impl Upstream {
                 if let Some(stderr) = stderr {
                     relay_stderr(self.spec.name.clone(), stderr);
                 }
+                let transport = progress::Queued::new(transport, Arc::clone(&self.routes));
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
@@ -278,6 +279,7 @@ impl Upstream {
                 }
                 let client = http_client().map_err(ConnectError::Client)?;
                 let transport = StreamableHttpClientTransport::with_client(client, config);
+                let transport = progress::Queued::new(transport, Arc::clone(&self.routes));
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
@@ -670,7 +672,7 @@ impl ClientHandler for Handler {
         params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        self.routes.deliver(params).await;
+        self.routes.flush(&params.progress_token).await;
     }
 
     async fn on_tool_list_changed(&self, context: NotificationContext<RoleClient>) {
