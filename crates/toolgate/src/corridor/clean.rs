@@ -152,10 +152,7 @@ fn redact_blocks(value: &mut Value, redact: &mut impl FnMut(&mut Value)) {
             }
         }
         Value::Object(fields) if holds_binary(fields) => {
-            let media = matches!(
-                fields.get("type").and_then(Value::as_str),
-                Some("image" | "audio")
-            );
+            let media = is_media(fields);
             let resource = fields.contains_key("uri");
             for (key, field) in fields.iter_mut() {
                 match key.as_str() {
@@ -169,13 +166,17 @@ fn redact_blocks(value: &mut Value, redact: &mut impl FnMut(&mut Value)) {
     }
 }
 
-/// Whether binary content sits in `fields` or below it.
-fn holds_binary(fields: &Map<String, Value>) -> bool {
-    let media = matches!(
+/// Whether `fields` is an `image` or `audio` content block, whose `data` is base64.
+fn is_media(fields: &Map<String, Value>) -> bool {
+    matches!(
         fields.get("type").and_then(Value::as_str),
         Some("image" | "audio")
-    );
-    (media && fields.contains_key("data"))
+    )
+}
+
+/// Whether binary content sits in `fields` or below it.
+fn holds_binary(fields: &Map<String, Value>) -> bool {
+    (is_media(fields) && fields.contains_key("data"))
         || (fields.contains_key("uri") && fields.contains_key("blob"))
         || fields.values().any(|field| match field {
             Value::Object(inner) => holds_binary(inner),
