@@ -9,6 +9,10 @@ client's side and in the audit log:
     python3 tests/interop/python_sdk_passthrough.py --toolgate target/debug/toolgate \\
         --everything .peers/node/node_modules/.bin/mcp-server-everything --mode MODE
 
+or, with `--everything-url URL` instead of `--everything`, in front of an everything server
+already serving Streamable HTTP there (`mcp-server-everything streamableHttp`), whose requests
+the gateway posts itself (gateway/post.rs) and whose questions arrive on the POST's stream.
+
 Two gateways run, one after the other, with tests/gateway/everything-passthrough.toml and with a
 copy of it that adds `sampling = ["ev"]`:
 - sampling: refused by default (the gateway does not declare it to the upstream, which then does
@@ -134,16 +138,27 @@ async def refused_sampling(client: Client, seen: Seen, summary: dict[str, Any]) 
     check(seen.sampling == 0, f"the sampling callback was called {seen.sampling} times under a policy that refuses it")
 
 
-async def passthrough(client: Client, mode: str, seen: Seen, summary: dict[str, Any]) -> None:
-    """What passes by default: elicitation, roots, templates, completions (and legacy utilities)."""
+async def passthrough(client: Client, mode: str, seen: Seen, summary: dict[str, Any], http: bool) -> None:
+    """What passes by default: elicitation, roots, templates, completions (and legacy utilities).
+
+    Over HTTP the everything server asks for roots on its session's own stream, in relation to no
+    call (it does not name the request it serves): the gateway cannot tell whose roots it wants,
+    so it refuses the question rather than guess, and the tool reports no roots.
+    """
     elicited = await client.call_tool("trigger-elicitation-request", {})
     check(not elicited.is_error, f"elicitation: isError result {texts(elicited)!r}")
     check(ELICITED in texts(elicited), f"elicitation: the user's answer is not in the result: {texts(elicited)!r}")
     check(seen.elicitation == 1, f"elicitation: the callback was called {seen.elicitation} times, expected once")
 
     roots = await client.call_tool("get-roots-list", {})
-    check(ROOT in texts(roots), f"roots: the client's root is not in the result: {texts(roots)!r}")
-    check(seen.roots >= 1, "roots: the callback was never called")
+    if http:
+        check(ROOT not in texts(roots), f"roots: an unrelated question was answered: {texts(roots)!r}")
+        check(seen.roots == 0, f"roots: the callback was called {seen.roots} times for an unrelated question")
+        summary["roots"] = "refused: related to no call"
+    else:
+        check(ROOT in texts(roots), f"roots: the client's root is not in the result: {texts(roots)!r}")
+        check(seen.roots >= 1, "roots: the callback was never called")
+        summary["roots"] = "passed"
 
     templates = await client.list_resource_templates()
     listed = sorted(t.uri_template for t in templates.resource_templates)
@@ -189,14 +204,15 @@ async def passed_sampling(client: Client, seen: Seen, summary: dict[str, Any]) -
     check(seen.sampling == 1, f"sampling: the callback was called {seen.sampling} times, expected once")
 
 
-def gateway(toolgate: str, everything: str, policy: Path, data: Path) -> StdioServerParameters:
+def gateway(toolgate: str, upstream: list[str], policy: Path, data: Path) -> StdioServerParameters:
     return StdioServerParameters(
         command=toolgate,
-        args=["proxy", "--policy", str(policy), "--data", str(data), "--name", UPSTREAM, "--", everything],
+        args=["proxy", "--policy", str(policy), "--data", str(data), *upstream],
     )
 
 
-async def run(toolgate: str, everything: str, mode: str, work: Path, timeout: float) -> int:
+async def run(toolgate: str, upstream: list[str], mode: str, work: Path, timeout: float) -> int:
+    http = upstream[0] == "--upstream"
     summary: dict[str, Any] = {"ok": False, "mode": mode, "sdk_version": sdk_version(), "work": str(work)}
     transcript: Transcript = []
     default_policy = work / "policy.toml"
@@ -212,7 +228,7 @@ async def run(toolgate: str, everything: str, mode: str, work: Path, timeout: fl
 
         def session(policy: Path, data: Path, seen: Seen) -> Any:
             return connect(
-                gateway(toolgate, everything, policy, data),
+                gateway(toolgate, upstream, policy, data),
                 mode,
                 timeout,
                 errlog,
@@ -230,8 +246,11 @@ async def run(toolgate: str, everything: str, mode: str, work: Path, timeout: fl
             async with session(default_policy, first, seen) as client:
                 check_negotiation(client, mode, transcript, summary)
                 await refused_sampling(client, seen, summary)
-                await passthrough(client, mode, seen, summary)
-            for method, rule in [("elicitation/create", "passthrough.elicitation"), ("roots/list", "passthrough.roots")]:
+                await passthrough(client, mode, seen, summary, http)
+            asked = [("elicitation/create", "passthrough.elicitation")]
+            if not http:
+                asked.append(("roots/list", "passthrough.roots"))
+            for method, rule in asked:
                 got = records_for(first, method)
                 check(
                     got and all(r == ("allow", "observed", rule, UPSTREAM) for r in got),
@@ -256,20 +275,28 @@ async def run(toolgate: str, everything: str, mode: str, work: Path, timeout: fl
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--toolgate", required=True, help="path to the toolgate binary")
-    parser.add_argument("--everything", required=True, help="path to mcp-server-everything")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--everything", help="path to mcp-server-everything, started by the gateway on stdio")
+    where.add_argument("--everything-url", help="the URL of an everything server serving Streamable HTTP")
     parser.add_argument("--mode", required=True, choices=MODES)
     parser.add_argument("--work", help="an empty directory for data and logs (default: a fresh temp dir)")
     parser.add_argument("--timeout", type=float, default=90.0, help="seconds for each session")
     args = parser.parse_args()
-    if not (executable(args.toolgate, "--toolgate") and executable(args.everything, "--everything")):
+    if not executable(args.toolgate, "--toolgate"):
         return 2
-    toolgate, everything = os.path.abspath(args.toolgate), os.path.abspath(args.everything)
+    if args.everything_url:
+        upstream = ["--upstream", f"{UPSTREAM}={args.everything_url}"]
+    elif executable(args.everything, "--everything"):
+        upstream = ["--name", UPSTREAM, "--", os.path.abspath(args.everything)]
+    else:
+        return 2
+    toolgate = os.path.abspath(args.toolgate)
     if args.work:
         work = Path(args.work).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        return anyio.run(run, toolgate, everything, args.mode, work, args.timeout)
+        return anyio.run(run, toolgate, upstream, args.mode, work, args.timeout)
     with tempfile.TemporaryDirectory(prefix="toolgate-pysdk-pass-") as tmp:
-        return anyio.run(run, toolgate, everything, args.mode, Path(tmp), args.timeout)
+        return anyio.run(run, toolgate, upstream, args.mode, Path(tmp), args.timeout)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,8 @@ pub enum ConnectError {
     NoToken { var: String },
     #[error("cannot set up an HTTP client: {0}")]
     Client(reqwest::Error),
+    #[error("the upstream URL does not parse: {0}")]
+    Url(String),
     #[error("MCP handshake failed: {0}")]
     Handshake(Box<ClientInitializeError>),
     #[error("tools/list failed: {0}")]

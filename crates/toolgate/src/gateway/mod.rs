@@ -11,6 +11,7 @@ mod error;
 mod held;
 mod passthrough;
 mod pins;
+mod post;
 mod progress;
 mod relay;
 mod spec;

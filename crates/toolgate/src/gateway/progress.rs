@@ -22,6 +22,7 @@ use rmcp::model::{
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient, RoleServer};
+use tokio::sync::mpsc;
 
 /// Where a caller wants progress for one forwarded call: its connection and its own token.
 pub(super) type Target = (Peer<RoleServer>, ProgressToken);
@@ -90,7 +91,7 @@ impl Routes {
 
     /// The transport received a notification: queued in arrival order, or kept aside until its
     /// call registers.
-    fn arrived(&self, params: ProgressNotificationParam) {
+    pub(super) fn arrived(&self, params: ProgressNotificationParam) {
         let mut table = self.lock();
         if let Some(route) = table.live.get(&params.progress_token) {
             crate::lock(&route.queue).push_back(params);
@@ -161,15 +162,25 @@ impl Drop for Registered {
 }
 
 /// An upstream's transport that queues its progress notifications for their calls as they
-/// arrive ([`Routes`]); every message still goes to rmcp as it came.
+/// arrive ([`Routes`]); every message still goes to rmcp as it came. Messages the gateway read
+/// from the upstream itself (`post.rs`) come in through `injected`, before the transport's own.
 pub(super) struct Queued<T> {
     inner: T,
     routes: Arc<Routes>,
+    injected: Option<mpsc::UnboundedReceiver<ServerJsonRpcMessage>>,
 }
 
 impl<T> Queued<T> {
-    pub(super) fn new(inner: T, routes: Arc<Routes>) -> Self {
-        Self { inner, routes }
+    pub(super) fn new(
+        inner: T,
+        routes: Arc<Routes>,
+        injected: Option<mpsc::UnboundedReceiver<ServerJsonRpcMessage>>,
+    ) -> Self {
+        Self {
+            inner,
+            routes,
+            injected,
+        }
     }
 }
 
@@ -184,7 +195,14 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Queued<T> {
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await?;
+        let message = match &mut self.injected {
+            Some(injected) => tokio::select! {
+                biased;
+                Some(message) = injected.recv() => return Some(message),
+                message = self.inner.receive() => message?,
+            },
+            None => self.inner.receive().await?,
+        };
         if let ServerJsonRpcMessage::Notification(notification) = &message
             && let ServerNotification::ProgressNotification(progress) = &notification.notification
         {

@@ -7,7 +7,8 @@
 //! their outcome is unknown. Its tool list stays what it last was, so the caller's view does not
 //! flicker while it restarts. Progress from the upstream is routed to the caller that asked for
 //! it (`progress.rs`); a caller that cancels (or a timeout) sends `notifications/cancelled`
-//! upstream.
+//! upstream. Requests to an `initialize`-era HTTP upstream take a shorter way than rmcp's client
+//! (`post.rs`); rmcp keeps the connection and everything else on it.
 
 #![expect(
     deprecated,
@@ -30,7 +31,7 @@ use rmcp::model::{
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
-    PeerRequestOptions, RequestContext, ServiceError,
+    PeerRequestOptions, RequestContext, RunningServiceCancellationToken, ServiceError,
 };
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
@@ -43,6 +44,7 @@ use toolgate_core::policy::ClientRequest as Question;
 
 use super::error::{ConnectError, PassError};
 use super::held::{Holds, Next, Running};
+use super::post::{self, Posted, Poster};
 use super::progress::{self, Routes};
 use super::relay::{self, Asker, Input, Relay, Round};
 use super::spec::{Target, UpstreamSpec};
@@ -63,6 +65,10 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Upstream {
     spec: UpstreamSpec,
     peer: Mutex<Option<Peer<RoleClient>>>,
+    /// The short way of requests over HTTP (`post.rs`), for the live connection.
+    poster: Mutex<Option<Arc<Poster>>>,
+    /// Ends the live connection (the supervisor then opens a new one).
+    ending: Mutex<Option<Ending>>,
     tools: Arc<RwLock<Arc<Vec<Tool>>>>,
     /// Why it is not connected, for the answer a call gets meanwhile.
     down_because: Mutex<String>,
@@ -86,6 +92,8 @@ impl Upstream {
             gate,
             spec,
             peer: Mutex::new(None),
+            poster: Mutex::new(None),
+            ending: Mutex::new(None),
             tools: Arc::new(RwLock::new(Arc::new(Vec::new()))),
             down_because: Mutex::new("not connected yet".to_owned()),
             routes: Arc::default(),
@@ -155,6 +163,7 @@ impl Upstream {
                     let listener =
                         listen_for_changes(&peer, &self.tools, &self.changed, &self.spec.name);
                     *lock(&self.peer) = Some(peer);
+                    *lock(&self.ending) = Some(Ending(service.cancellation_token()));
                     self.tried.send_replace(true);
                     self.changed.notify_one();
                     let quit = service.waiting().await;
@@ -162,6 +171,8 @@ impl Upstream {
                         listener.abort();
                     }
                     *lock(&self.peer) = None;
+                    *lock(&self.poster) = None;
+                    *lock(&self.ending) = None;
                     let why = format!("its connection ended ({quit:?})");
                     tracing::warn!(upstream = %self.spec.name, reason = %why, "upstream gone; restarting");
                     *lock(&self.down_because) = why;
@@ -256,7 +267,7 @@ impl Upstream {
                 if let Some(stderr) = stderr {
                     relay_stderr(self.spec.name.clone(), stderr);
                 }
-                let transport = progress::Queued::new(transport, Arc::clone(&self.routes));
+                let transport = progress::Queued::new(transport, Arc::clone(&self.routes), None);
                 handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
@@ -278,12 +289,18 @@ impl Upstream {
                     (None, None) => {}
                 }
                 let client = http_client().map_err(ConnectError::Client)?;
+                let endpoint =
+                    reqwest::Url::parse(url).map_err(|e| ConnectError::Url(e.to_string()))?;
+                let (client, poster, injected) = Poster::new(client, endpoint);
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                let transport = progress::Queued::new(transport, Arc::clone(&self.routes));
-                handler
+                let transport =
+                    progress::Queued::new(transport, Arc::clone(&self.routes), Some(injected));
+                let service = handler
                     .serve_with_lifecycle(transport, lifecycle)
                     .await
-                    .map_err(|e| ConnectError::Handshake(Box::new(e)))
+                    .map_err(|e| ConnectError::Handshake(Box::new(e)))?;
+                *lock(&self.poster) = Some(Arc::new(poster));
+                Ok(service)
             }
         }
     }
@@ -442,6 +459,38 @@ impl Upstream {
                 self.spec.name
             )));
         };
+        let poster = lock(&self.poster).clone();
+        if let Some(poster) = poster
+            && poster.ready()
+            && !speaks_modern(&peer)
+        {
+            let posted = self
+                .send_posted(&poster, peer.clone(), &request, asker, progress.clone())
+                .await;
+            match posted {
+                Posted::Answered(answer) => {
+                    return (*answer).map_err(|error| CallError::Rejected(self.redacted(error)));
+                }
+                Posted::NotSent(why) => {
+                    return Err(CallError::Unavailable(format!(
+                        "upstream {} did not take the request ({why}); nothing was sent",
+                        self.spec.name
+                    )));
+                }
+                Posted::Lost(why) => return Err(self.lost(&why, read_only)),
+                Posted::SessionEnded(why) => {
+                    tracing::warn!(upstream = %self.spec.name, reason = %why, "upstream refused its session; reconnecting");
+                    if let Some(Ending(ending)) = lock(&self.ending).take() {
+                        ending.cancel();
+                    }
+                    return Err(CallError::Unavailable(format!(
+                        "upstream {} no longer knows the gateway's session ({why}); nothing ran; the gateway reconnects",
+                        self.spec.name
+                    )));
+                }
+                Posted::NotReady => {}
+            }
+        }
         let mut options = PeerRequestOptions::no_options();
         if let Some(asker) = asker
             && speaks_modern(&peer)
@@ -479,14 +528,49 @@ impl Upstream {
         match response {
             Ok(result) => Ok(result),
             Err(ServiceError::McpError(error)) => Err(CallError::Rejected(self.redacted(error))),
-            Err(error) if read_only => Err(CallError::Failed(format!(
-                "upstream {} was lost mid-call ({error})",
+            Err(error) => Err(self.lost(&error.to_string(), read_only)),
+        }
+    }
+
+    /// [`Self::send`] the short way (`post.rs`): the same routes for progress and questions,
+    /// and the same cancellation if the wait is abandoned, under an id of the short way's own.
+    async fn send_posted(
+        &self,
+        poster: &Poster,
+        peer: Peer<RoleClient>,
+        request: &ClientRequest,
+        asker: Option<&Asker>,
+        progress: Option<progress::Target>,
+    ) -> Posted {
+        let id = poster.next_id();
+        let route = self
+            .routes
+            .register(post::progress_token(&id), progress)
+            .await;
+        let _waiting = asker.map(|asker| self.relay.wait(id.clone(), asker.clone()));
+        let mut cancel = CancelOnDrop {
+            peer: Some(peer),
+            id: id.clone(),
+        };
+        let posted = poster.post(&id, request, &self.routes).await;
+        cancel.peer = None;
+        route.finish().await;
+        posted
+    }
+
+    /// A request that was sent and got no answer: a plain failure if it changes nothing, else
+    /// an unknown outcome.
+    fn lost(&self, why: &str, read_only: bool) -> CallError {
+        if read_only {
+            CallError::Failed(format!(
+                "upstream {} was lost mid-call ({why})",
                 self.spec.name
-            ))),
-            Err(error) => Err(CallError::InDoubt(format!(
-                "upstream {} was lost after the call was sent ({error})",
+            ))
+        } else {
+            CallError::InDoubt(format!(
+                "upstream {} was lost after the call was sent ({why})",
                 self.spec.name
-            ))),
+            ))
         }
     }
 
@@ -755,6 +839,15 @@ fn listen_for_changes(
             }
         }
     }))
+}
+
+/// What ends a live connection.
+struct Ending(RunningServiceCancellationToken);
+
+impl std::fmt::Debug for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Ending")
+    }
 }
 
 /// Tells the upstream a call was abandoned (the caller cancelled, or its timeout passed).

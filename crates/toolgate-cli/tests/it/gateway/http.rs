@@ -20,7 +20,7 @@ use super::{
 };
 
 /// `mcp-server-everything streamableHttp` as a child process on its own port.
-struct Everything {
+pub(super) struct Everything {
     child: Child,
     port: u16,
     log: std::path::PathBuf,
@@ -28,26 +28,41 @@ struct Everything {
 
 impl Everything {
     /// Started on a free port of 127.0.0.1 and accepting connections; its output goes to `log`.
-    fn start(log: &Path) -> Self {
-        let bin = peer("node/node_modules/.bin/mcp-server-everything");
+    pub(super) fn start(log: &Path) -> Self {
         let port = free_port();
-        let out = std::fs::File::create(log).expect("everything log");
+        let mut server = Self {
+            child: Self::spawn(port, log),
+            port,
+            log: log.to_owned(),
+        };
+        server.wait_until_listening(Duration::from_secs(15));
+        server
+    }
+
+    fn spawn(port: u16, log: &Path) -> Child {
+        let bin = peer("node/node_modules/.bin/mcp-server-everything");
+        let out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("everything log");
         let err = out.try_clone().expect("everything log");
-        let child = Command::new(bin)
+        Command::new(bin)
             .arg("streamableHttp")
             .env("PORT", port.to_string())
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
             .spawn()
-            .expect("spawn mcp-server-everything streamableHttp");
-        let mut server = Self {
-            child,
-            port,
-            log: log.to_owned(),
-        };
-        server.wait_until_listening(Duration::from_secs(15));
-        server
+            .expect("spawn mcp-server-everything streamableHttp")
+    }
+
+    /// Killed and started again on the same port: a server that knows none of its sessions.
+    fn restart(&mut self) {
+        self.child.kill().expect("kill mcp-server-everything");
+        let _ = self.child.wait();
+        self.child = Self::spawn(self.port, &self.log);
+        self.wait_until_listening(Duration::from_secs(15));
     }
 
     /// Polls the port until it accepts a connection; fails at once if the server exited (a port
@@ -74,7 +89,7 @@ impl Everything {
         }
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
@@ -88,7 +103,7 @@ impl Everything {
 
     /// Kills the server by its pid, after checking it was still serving (it did not crash
     /// somewhere in the test).
-    fn stop(mut self) {
+    pub(super) fn stop(mut self) {
         let status = self.child.try_wait().expect("try_wait");
         assert!(
             status.is_none(),
@@ -231,6 +246,60 @@ fn calls_to_an_http_upstream_reuse_its_connections() {
         opened < 10,
         "twenty calls opened {opened} more connections to the upstream"
     );
+}
+
+/// An upstream that restarted knows the gateway's session no more: the call that finds out is
+/// answered "not run" at once (the upstream refused the session before reading the call), not
+/// left waiting, and the gateway opens a new session, in which the next calls run.
+#[test]
+fn a_restarted_http_upstream_gets_a_new_session_and_the_call_between_is_not_run() {
+    let bench = Bench::new("everything.toml");
+    let (mut server, mut proxy) = everything_behind_proxy(&bench, Era::Legacy("2025-11-25"));
+    assert_ran(&proxy.call("echo", json!({"message": "before"})), "echo");
+
+    server.restart();
+    let started = Instant::now();
+    let between = proxy.call("echo", json!({"message": "between"}));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the call waited {:?} on a session the upstream no longer has",
+        started.elapsed()
+    );
+    assert_eq!(
+        between["result"]["structuredContent"]["executed"], false,
+        "{between}"
+    );
+    assert!(text(&between).contains("nothing ran"), "{between}");
+
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let after = proxy.call("echo", json!({"message": "after"}));
+        if after["result"]["isError"] != true {
+            assert_eq!(text(&after), "Echo: after", "{after}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no new session within 15 s: {after}\n{}",
+            proxy.log_tail()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    proxy.close();
+    server.stop();
+    let outcomes: Vec<Value> = bench
+        .records_of("echo")
+        .iter()
+        .map(|r| r["outcome"].clone())
+        .collect();
+    assert_eq!(outcomes.first(), Some(&json!("committed")), "{outcomes:?}");
+    assert_eq!(
+        outcomes.get(1),
+        Some(&json!("not_executed")),
+        "{outcomes:?}"
+    );
+    assert_eq!(outcomes.last(), Some(&json!("committed")), "{outcomes:?}");
+    bench.assert_audit_verifies();
 }
 
 /// Sockets of this machine, in any state, whose remote end is 127.0.0.1:`port`.

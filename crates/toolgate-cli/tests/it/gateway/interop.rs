@@ -9,6 +9,7 @@
 
 use serde_json::{Value, json};
 
+use super::http::Everything;
 use super::{Bench, calls_of, effects, peer, testbed_bin};
 use crate::interop::{run_sdk_script, sdk_script};
 
@@ -67,19 +68,39 @@ fn python_sdk_through_the_gateway_pinned_2026_07_28() {
     run_mode("2026-07-28", "2026-07-28");
 }
 
+/// Where the pass-through scenario's everything server runs.
+enum Upstream {
+    /// A child process of the gateway, on stdio.
+    Stdio,
+    /// Its own process, serving Streamable HTTP; the gateway dials it.
+    Http,
+}
+
 /// `tests/interop/python_sdk_passthrough.py` in `mode`: the Python SDK, with sampling,
 /// elicitation, roots and logging callbacks, through the gateway in front of server-everything,
 /// which asks its caller questions mid-call. The audit log of each run is read here too.
-fn passthrough_mode(mode: &str, expected_version: &str) {
+fn passthrough_mode(mode: &str, expected_version: &str, upstream: Upstream) {
     let work = tempfile::tempdir().expect("tempdir");
     let mut command = sdk_script("python_sdk_passthrough.py", mode);
-    command
-        .arg("--everything")
-        .arg(peer("node/node_modules/.bin/mcp-server-everything"))
-        .arg("--work")
-        .arg(work.path());
+    command.arg("--work").arg(work.path());
+    let server = match upstream {
+        Upstream::Stdio => {
+            command
+                .arg("--everything")
+                .arg(peer("node/node_modules/.bin/mcp-server-everything"));
+            None
+        }
+        Upstream::Http => {
+            let server = Everything::start(&work.path().join("everything.log"));
+            command.arg("--everything-url").arg(server.url());
+            Some(server)
+        }
+    };
     let label = "Python SDK client of toolgate proxy, pass-through";
     let (summary, what) = run_sdk_script(command, label, mode, expected_version);
+    if let Some(server) = server {
+        server.stop();
+    }
     assert_eq!(summary["sampling_refused"], "not offered", "{what}");
     assert_eq!(
         summary["templates"],
@@ -114,10 +135,17 @@ fn passthrough_mode(mode: &str, expected_version: &str) {
         [allowed("passthrough.elicitation")],
         "{what}"
     );
-    assert!(
-        audited("data-default", "roots/list").contains(&allowed("passthrough.roots")),
-        "{what}"
-    );
+    // Over HTTP the everything server asks for roots in relation to no call: refused unaudited,
+    // as nobody's (the script checks the callback was never called).
+    if matches!(upstream, Upstream::Stdio) {
+        assert!(
+            audited("data-default", "roots/list").contains(&allowed("passthrough.roots")),
+            "{what}"
+        );
+        assert_eq!(summary["roots"], "passed", "{what}");
+    } else {
+        assert_eq!(summary["roots"], "refused: related to no call", "{what}");
+    }
     assert!(
         audited("data-default", "sampling/createMessage").is_empty(),
         "{what}"
@@ -138,10 +166,22 @@ fn passthrough_mode(mode: &str, expected_version: &str) {
 
 #[test]
 fn python_sdk_passthrough_on_an_initialize_session() {
-    passthrough_mode("legacy", "2025-11-25");
+    passthrough_mode("legacy", "2025-11-25", Upstream::Stdio);
 }
 
 #[test]
 fn python_sdk_passthrough_in_2026_07_28_asks_with_input_required() {
-    passthrough_mode("2026-07-28", "2026-07-28");
+    passthrough_mode("2026-07-28", "2026-07-28", Upstream::Stdio);
+}
+
+/// The same over HTTP: the gateway posts the calls to the upstream itself, and the questions,
+/// progress and log messages come back on the POST's stream or the session's.
+#[test]
+fn python_sdk_passthrough_of_an_http_upstream_on_an_initialize_session() {
+    passthrough_mode("legacy", "2025-11-25", Upstream::Http);
+}
+
+#[test]
+fn python_sdk_passthrough_of_an_http_upstream_in_2026_07_28() {
+    passthrough_mode("2026-07-28", "2026-07-28", Upstream::Http);
 }

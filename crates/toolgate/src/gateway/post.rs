@@ -1,0 +1,505 @@
+//! The short way of a request to an `initialize`-era HTTP upstream: one POST, written and read on
+//! the caller's own task.
+//!
+//! rmcp's client takes every request through its service loop, its transport worker and a task
+//! per response stream before the answer reaches the caller, and parses every answer as "any
+//! result"; on the gateway's path that was most of what forwarding a call cost (docs/
+//! performance.md, "Gateway over HTTP"). For an upstream in an `initialize` session, whose
+//! requests carry nothing but the session's headers, the gateway posts the request itself with
+//! the connection's HTTP client and reads the answer where the caller waits: the call's result
+//! parsed as a call result, its progress queued for the caller in the order it came
+//! ([`Routes`]), and anything else on the stream (the upstream's questions, its log messages)
+//! handed to the rmcp connection, which handles it as if it had read it itself (a question
+//! marked with the request it came on, as rmcp marks it). rmcp keeps the rest: the handshake, the
+//! session's own stream, the answers to the upstream's questions, cancellation, tools/list.
+//!
+//! The session is learnt from rmcp's own requests: [`Observed`] wraps the connection's client and
+//! notes the headers of every POST rmcp makes after the handshake. An upstream that no longer
+//! knows the session (404, or a 400 about no request: it restarted) ran nothing: the call is
+//! answered so and the connection is ended, so that the supervisor opens a new one (rmcp's own
+//! client waited on such a session until the caller gave up). A stream that breaks before the
+//! answer is not resumed: the outcome is unknown.
+//! 2026-07-28 upstreams keep rmcp's path, whose requests carry headers rmcp derives per request
+//! (`Mcp-Method`, `Mcp-Name`, a tool's `x-mcp-header` parameters).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use futures_util::StreamExt;
+use http::header::{ACCEPT, CONTENT_TYPE};
+use http::{HeaderName, HeaderValue, StatusCode};
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolResult, ClientJsonRpcMessage, ClientRequest, GetExtensions, GetMeta, JsonRpcRequest,
+    NumberOrString, ProgressToken, RequestId, ServerJsonRpcMessage, ServerNotification,
+    ServerResult,
+};
+use rmcp::service::InboundStreamOrigin;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use sse_stream::{Error as SseError, Sse, SseStream};
+use tokio::sync::mpsc;
+
+use super::progress::Routes;
+use crate::lock;
+
+/// Largest answer read from a JSON body (rmcp's own limit).
+const MAX_JSON: usize = 16 * 1024 * 1024;
+/// Largest answer stream read for one request, every event together.
+const MAX_STREAM: usize = 64 * 1024 * 1024;
+/// Largest error body read.
+const MAX_ERROR: usize = 64 * 1024;
+/// How long the rest of a stream is read after its answer, so that the connection goes back to
+/// the pool (a server ends it right after the answer).
+const DRAIN: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// The session of one upstream connection, as rmcp's latest POST carried it.
+#[derive(Clone, Default)]
+struct Session {
+    /// Set once rmcp posts after the handshake; cleared while it (re)initializes.
+    headers: Option<HashMap<HeaderName, HeaderValue>>,
+    id: Option<Arc<str>>,
+    /// The upstream's own credential (never a caller's).
+    auth: Option<String>,
+}
+
+/// The connection's HTTP client as rmcp uses it, noting the session of every POST.
+#[derive(Clone)]
+pub(super) struct Observed {
+    client: reqwest::Client,
+    session: Arc<Mutex<Session>>,
+}
+
+impl Observed {
+    fn note(
+        &self,
+        message: &ClientJsonRpcMessage,
+        id: Option<&Arc<str>>,
+        auth: Option<&String>,
+        headers: &HashMap<HeaderName, HeaderValue>,
+    ) {
+        let initializing = matches!(
+            message,
+            ClientJsonRpcMessage::Request(JsonRpcRequest {
+                request: ClientRequest::InitializeRequest(_),
+                ..
+            })
+        );
+        let mut session = lock(&self.session);
+        *session = if initializing {
+            Session::default()
+        } else {
+            Session {
+                headers: Some(headers.clone()),
+                id: id.cloned(),
+                auth: auth.cloned(),
+            }
+        };
+    }
+}
+
+impl StreamableHttpClient for Observed {
+    type Error = reqwest::Error;
+
+    fn post_message(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>>
+    + Send
+    + '_ {
+        self.note(
+            &message,
+            session_id.as_ref(),
+            auth_header.as_ref(),
+            &custom_headers,
+        );
+        self.client
+            .post_message(uri, message, session_id, auth_header, custom_headers)
+    }
+
+    fn post_message_with_response_limits(
+        &self,
+        uri: Arc<str>,
+        message: ClientJsonRpcMessage,
+        session_id: Option<Arc<str>>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> impl Future<Output = Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>>>
+    + Send
+    + '_ {
+        self.note(
+            &message,
+            session_id.as_ref(),
+            auth_header.as_ref(),
+            &custom_headers,
+        );
+        self.client.post_message_with_response_limits(
+            uri,
+            message,
+            session_id,
+            auth_header,
+            custom_headers,
+            limits,
+        )
+    }
+
+    fn delete_session(
+        &self,
+        uri: Arc<str>,
+        session_id: Arc<str>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<Output = Result<(), StreamableHttpError<Self::Error>>> + Send + '_ {
+        *lock(&self.session) = Session::default();
+        self.client
+            .delete_session(uri, session_id, auth_header, custom_headers)
+    }
+
+    fn get_stream(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+    ) -> impl Future<
+        Output = Result<
+            futures_util::stream::BoxStream<'static, Result<Sse, SseError>>,
+            StreamableHttpError<Self::Error>,
+        >,
+    > + Send
+    + '_ {
+        self.client
+            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
+    }
+
+    fn get_stream_with_max_sse_event_size(
+        &self,
+        uri: Arc<str>,
+        session_id: Option<Arc<str>>,
+        last_event_id: Option<String>,
+        auth_header: Option<String>,
+        custom_headers: HashMap<HeaderName, HeaderValue>,
+        max_sse_event_size: usize,
+    ) -> impl Future<
+        Output = Result<
+            futures_util::stream::BoxStream<'static, Result<Sse, SseError>>,
+            StreamableHttpError<Self::Error>,
+        >,
+    > + Send
+    + '_ {
+        self.client.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            max_sse_event_size,
+        )
+    }
+}
+
+/// How a request that went the short way ended.
+pub(super) enum Posted {
+    /// The upstream answered it: its result, or its own error.
+    Answered(Box<Result<ServerResult, ErrorData>>),
+    /// rmcp is (re)initializing the session: send it the rmcp way.
+    NotReady,
+    /// The upstream refused the session (HTTP 404, or 400 naming no request): nothing ran.
+    SessionEnded(String),
+    /// Nothing reached the upstream.
+    NotSent(String),
+    /// It was sent and no answer came: the outcome is unknown.
+    Lost(String),
+}
+
+/// One connection's short way: its client, its endpoint, its session, and the way into rmcp.
+pub(super) struct Poster {
+    client: reqwest::Client,
+    url: reqwest::Url,
+    session: Arc<Mutex<Session>>,
+    /// Messages for the rmcp connection that arrived on a POST the gateway read itself.
+    inject: mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for Poster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Poster")
+            .field("url", &self.url.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Poster {
+    /// The short way for a connection to `url` through `client`: the client rmcp is to use (which
+    /// notes the session), the poster, and the receiver of what it hands to rmcp (for the
+    /// connection's transport, [`super::progress::Queued`]).
+    pub(super) fn new(
+        client: reqwest::Client,
+        url: reqwest::Url,
+    ) -> (
+        Observed,
+        Self,
+        mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+    ) {
+        let session = Arc::new(Mutex::new(Session::default()));
+        let (inject, injected) = mpsc::unbounded_channel();
+        let observed = Observed {
+            client: client.clone(),
+            session: Arc::clone(&session),
+        };
+        let poster = Self {
+            client,
+            url,
+            session,
+            inject,
+            next: AtomicU64::new(0),
+        };
+        (observed, poster, injected)
+    }
+
+    /// Whether rmcp has completed its handshake, so that the session is known.
+    pub(super) fn ready(&self) -> bool {
+        lock(&self.session).headers.is_some()
+    }
+
+    /// A request id of this way's own: rmcp numbers its requests, these are strings.
+    pub(super) fn next_id(&self) -> RequestId {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        NumberOrString::String(format!("tg-{n}").into())
+    }
+
+    /// Posts `request` as `id`, its progress under the same token, and reads its answer.
+    pub(super) async fn post(
+        &self,
+        id: &RequestId,
+        request: &ClientRequest,
+        routes: &Routes,
+    ) -> Posted {
+        let Some(body) = body(id, request) else {
+            return Posted::NotSent("the request could not be written".to_owned());
+        };
+        let session = lock(&self.session).clone();
+        let Some(headers) = session.headers else {
+            return Posted::NotReady;
+        };
+        let mut post = self
+            .client
+            .post(self.url.clone())
+            .header(ACCEPT, "application/json, text/event-stream")
+            .header(CONTENT_TYPE, "application/json")
+            .body(body);
+        for (name, value) in headers {
+            post = post.header(name, value);
+        }
+        if let Some(id) = &session.id {
+            post = post.header("mcp-session-id", id.as_ref());
+        }
+        if let Some(token) = &session.auth {
+            post = post.bearer_auth(token);
+        }
+        let response = match post.send().await {
+            Ok(response) => response,
+            Err(error) if error.is_connect() => return Posted::NotSent(error.to_string()),
+            Err(error) => return Posted::Lost(error.to_string()),
+        };
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND {
+            return Posted::SessionEnded(format!("HTTP {status}"));
+        }
+        let streamed = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let call = matches!(request, ClientRequest::CallToolRequest(_));
+        if !status.is_success() {
+            let Ok(body) = read(response, MAX_ERROR).await else {
+                return Posted::Lost(format!("HTTP {status}"));
+            };
+            // An error about this request is the upstream's answer. A 400 about no request is
+            // about the session (an upstream that restarted knows it no more): nothing ran.
+            return match serde_json::from_slice::<Envelope<'_>>(&body) {
+                Ok(Envelope {
+                    error: Some(error),
+                    id: None,
+                    ..
+                }) if status == StatusCode::BAD_REQUEST => {
+                    Posted::SessionEnded(format!("HTTP {status}: {}", error.message))
+                }
+                Ok(Envelope {
+                    error: Some(error), ..
+                }) => Posted::Answered(Box::new(Err(error))),
+                _ => Posted::Lost(format!("HTTP {status}")),
+            };
+        }
+        if streamed {
+            return self.read_stream(response, id, call, routes).await;
+        }
+        match read(response, MAX_JSON).await {
+            Ok(body) if body.is_empty() => {
+                Posted::Lost(format!("HTTP {status} with no answer to a request"))
+            }
+            Ok(body) => match self.take(&body, id, call, routes).await {
+                Some(answer) => Posted::Answered(Box::new(answer)),
+                None => Posted::Lost("the answer was for another request".to_owned()),
+            },
+            Err(why) => Posted::Lost(why),
+        }
+    }
+
+    /// Reads an answer stream up to the answer to `id`, handing what comes before it on.
+    async fn read_stream(
+        &self,
+        response: reqwest::Response,
+        id: &RequestId,
+        call: bool,
+        routes: &Routes,
+    ) -> Posted {
+        let mut seen = 0usize;
+        let bytes = response.bytes_stream().map(move |chunk| {
+            let chunk = chunk.map_err(std::io::Error::other)?;
+            seen += chunk.len();
+            if seen > MAX_STREAM {
+                return Err(std::io::Error::other(format!(
+                    "the answer stream passed {MAX_STREAM} bytes"
+                )));
+            }
+            Ok(chunk)
+        });
+        let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
+        while let Some(event) = events.next().await {
+            let data = match event {
+                Ok(Sse {
+                    data: Some(data), ..
+                }) if !data.is_empty() => data,
+                Ok(_) => continue,
+                Err(error) => return Posted::Lost(format!("the answer stream broke ({error})")),
+            };
+            if let Some(answer) = self.take(data.as_bytes(), id, call, routes).await {
+                let _ =
+                    tokio::time::timeout(DRAIN, async { while events.next().await.is_some() {} })
+                        .await;
+                return Posted::Answered(Box::new(answer));
+            }
+        }
+        Posted::Lost("the upstream ended the answer stream without an answer".to_owned())
+    }
+
+    /// One message from the upstream: the answer to `id`, or something handed on (`None`).
+    async fn take(
+        &self,
+        text: &[u8],
+        id: &RequestId,
+        call: bool,
+        routes: &Routes,
+    ) -> Option<Result<ServerResult, ErrorData>> {
+        if let Ok(envelope) = serde_json::from_slice::<Envelope<'_>>(text)
+            && envelope.method.is_none()
+            && envelope.id.as_ref() == Some(id)
+        {
+            return match (envelope.result, envelope.error) {
+                (_, Some(error)) => Some(Err(error)),
+                (Some(result), None) => Some(result_of(result, call)),
+                (None, None) => Some(Err(ErrorData::internal_error(
+                    "the upstream's answer had neither a result nor an error",
+                    None,
+                ))),
+            };
+        }
+        match serde_json::from_slice::<ServerJsonRpcMessage>(text) {
+            Ok(ServerJsonRpcMessage::Notification(notification)) => {
+                if let ServerNotification::ProgressNotification(progress) =
+                    &notification.notification
+                {
+                    let token = progress.params.progress_token.clone();
+                    routes.arrived(progress.params.clone());
+                    routes.flush(&token).await;
+                } else {
+                    let _ = self
+                        .inject
+                        .send(ServerJsonRpcMessage::Notification(notification));
+                }
+            }
+            Ok(ServerJsonRpcMessage::Request(mut request)) => {
+                // Marked as rmcp marks a request that came on a request's stream (SEP-2260).
+                request
+                    .request
+                    .extensions_mut()
+                    .insert(InboundStreamOrigin::OutboundRequest(id.clone()));
+                let _ = self.inject.send(ServerJsonRpcMessage::Request(request));
+            }
+            Ok(other) => {
+                let _ = self.inject.send(other);
+            }
+            Err(error) => {
+                tracing::warn!(%error, "upstream sent a message that is not JSON-RPC; ignored");
+            }
+        }
+        None
+    }
+}
+
+/// The parts of a JSON-RPC message that say whether it is the answer awaited.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(default)]
+    id: Option<RequestId>,
+    #[serde(default)]
+    method: Option<serde::de::IgnoredAny>,
+    #[serde(default, borrow)]
+    result: Option<&'a RawValue>,
+    #[serde(default)]
+    error: Option<ErrorData>,
+}
+
+/// A result, read as a call's result when it answers a call (the untagged reading of "any
+/// result" tries every kind first), else as any result.
+fn result_of(result: &RawValue, call: bool) -> Result<ServerResult, ErrorData> {
+    if call && let Ok(done) = serde_json::from_str::<CallToolResult>(result.get()) {
+        return Ok(ServerResult::CallToolResult(done));
+    }
+    serde_json::from_str::<ServerResult>(result.get()).map_err(|error| {
+        ErrorData::internal_error(
+            format!("the upstream's result did not parse: {error}"),
+            None,
+        )
+    })
+}
+
+/// The request as JSON-RPC, its progress token being its id.
+fn body(id: &RequestId, request: &ClientRequest) -> Option<Vec<u8>> {
+    let mut request = request.clone();
+    request
+        .get_meta_mut()
+        .set_progress_token(progress_token(id));
+    serde_json::to_vec(&ClientJsonRpcMessage::request(request, id.clone())).ok()
+}
+
+/// The progress token of a request that went the short way.
+pub(super) fn progress_token(id: &RequestId) -> ProgressToken {
+    ProgressToken(id.clone())
+}
+
+/// A body, at most `limit` bytes.
+async fn read(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if body.len() + chunk.len() > limit {
+            return Err(format!("the answer passed {limit} bytes"));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
