@@ -16,8 +16,8 @@
 //! The session is learnt from rmcp's own requests: [`Observed`] wraps the connection's client and
 //! notes the headers of every POST rmcp makes after the handshake. An upstream that no longer
 //! knows the session (404, or a 400 about no request: it restarted) ran nothing: the call is
-//! answered so and the connection is ended, so that the supervisor opens a new one (rmcp's own
-//! client waited on such a session until the caller gave up). A stream that breaks before the
+//! answered so and the connection is ended, so that the supervisor opens a new one (through
+//! rmcp's own client such a call went unanswered). A stream that breaks before the
 //! answer is not resumed: the outcome is unknown.
 //! 2026-07-28 upstreams keep rmcp's path, whose requests carry headers rmcp derives per request
 //! (`Mcp-Method`, `Mcp-Name`, a tool's `x-mcp-header` parameters).
