@@ -1,27 +1,36 @@
-//! Rate limits per principal and tool (token buckets, `governor`), as the policy sets them.
+//! Rate limits per principal and tool, as the policy sets them: a bucket of `burst` calls that
+//! refills one call every `every`.
 //!
-//! One keyed limiter per distinct quota, made when a call first needs it, keyed by (principal,
-//! tool): a looping agent exhausts its own bucket for that tool and nobody else's. A breach is an
-//! answer and an audit record, never a silent drop (seed 003, "How do you rate-limit an agent that
-//! loops?"). Buckets live in this process: replicas behind a load balancer each keep their own,
-//! which the README says.
+//! Each bucket is kept as the generic cell rate algorithm keeps it, by one instant: when the
+//! bucket will be full again (its "theoretical arrival time"). A call is let through unless that
+//! instant is more than `every * (burst - 1)` ahead, and moves it on by `every`. Buckets are keyed
+//! by (quota, principal, tool): a looping agent exhausts its own bucket for that tool and nobody
+//! else's. A breach is an answer and an audit record, never a silent drop (seed 003, "How do you
+//! rate-limit an agent that loops?"). Buckets live in this process: replicas behind a load
+//! balancer each keep their own, which the README says. Written here rather than taken from a
+//! rate-limiting crate so that a stdio-only build of the kit carries no such dependency (issue
+//! 12); the algorithm is a dozen lines.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultKeyedRateLimiter, Quota};
 use toolgate_core::policy::RateLimit;
 
-type Limiter = DefaultKeyedRateLimiter<(Arc<str>, Arc<str>)>;
+/// Checks between two sweeps of full buckets.
+const SWEEP_EVERY: u32 = 4096;
 
 /// Buckets for every quota in use.
 #[derive(Debug, Default)]
 pub struct RateLimits {
-    limiters: Mutex<HashMap<RateLimit, Arc<Limiter>>>,
-    checks: AtomicU32,
+    buckets: Mutex<Buckets>,
+}
+
+#[derive(Debug, Default)]
+struct Buckets {
+    /// When each bucket is full again; a bucket that is not here is full.
+    full_at: HashMap<(RateLimit, String, String), Instant>,
+    checks: u32,
 }
 
 impl RateLimits {
@@ -31,37 +40,42 @@ impl RateLimits {
     /// # Errors
     /// The bucket is empty.
     pub fn take(&self, limit: RateLimit, principal: &str, tool: &str) -> Result<(), Duration> {
-        let limiter = self.limiter(limit);
-        // Forget idle keys now and then, so a stream of new principals cannot grow memory for
-        // ever (a forgotten bucket is a full one: the caller was idle for a whole refill).
-        if self.checks.fetch_add(1, Ordering::Relaxed) % 4096 == 4095 {
-            limiter.retain_recent();
-        }
-        let key = (Arc::from(principal), Arc::from(tool));
-        limiter
-            .check_key(&key)
-            .map_err(|not_until| not_until.wait_time_from(DefaultClock::default().now()))
+        self.take_at(limit, principal, tool, Instant::now())
     }
 
-    fn limiter(&self, limit: RateLimit) -> Arc<Limiter> {
-        let mut limiters = crate::lock(&self.limiters);
-        limiters
-            .entry(limit)
-            .or_insert_with(|| {
-                // `every` is at least a millisecond (the policy parser refuses zero).
-                let quota = Quota::with_period(limit.every)
-                    .unwrap_or_else(|| Quota::per_second(limit.burst))
-                    .allow_burst(limit.burst);
-                Arc::new(Limiter::keyed(quota))
-            })
-            .clone()
+    fn take_at(
+        &self,
+        limit: RateLimit,
+        principal: &str,
+        tool: &str,
+        now: Instant,
+    ) -> Result<(), Duration> {
+        let mut buckets = crate::lock(&self.buckets);
+        // Forget full buckets now and then, so a stream of new principals cannot grow memory for
+        // ever (a forgotten bucket is a full one).
+        buckets.checks = buckets.checks.wrapping_add(1);
+        if buckets.checks.is_multiple_of(SWEEP_EVERY) {
+            buckets.full_at.retain(|_, full_at| *full_at > now);
+        }
+        let key = (limit, principal.to_owned(), tool.to_owned());
+        let full_at = buckets.full_at.get(&key).copied().unwrap_or(now).max(now);
+        // `every` is at least a millisecond and `burst` at least one (the policy parser says so).
+        let slack = limit.every.saturating_mul(limit.burst.get() - 1);
+        let ahead = full_at - now;
+        if ahead > slack {
+            return Err(ahead - slack);
+        }
+        // A period too long for the clock to add refuses (fail closed) rather than panics.
+        let next = full_at.checked_add(limit.every).ok_or(limit.every)?;
+        buckets.full_at.insert(key, next);
+        Ok(())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use std::num::NonZeroU32;
-    use std::time::Duration;
+    use std::time::{Duration, Instant};
 
     use toolgate_core::policy::RateLimit;
 
@@ -85,5 +99,49 @@ mod tests {
         // Other buckets are untouched.
         assert!(limits.take(limit, "bob", "search").is_ok());
         assert!(limits.take(limit, "alice", "get").is_ok());
+    }
+
+    #[test]
+    fn the_bucket_refills_one_call_every_period_and_never_beyond_its_burst() {
+        let limits = RateLimits::default();
+        let limit = RateLimit {
+            burst: NonZeroU32::new(2).unwrap(),
+            every: Duration::from_secs(10),
+        };
+        let start = Instant::now();
+        let at = |secs: u64| start + Duration::from_secs(secs);
+        assert!(limits.take_at(limit, "a", "t", at(0)).is_ok());
+        assert!(limits.take_at(limit, "a", "t", at(0)).is_ok());
+        assert_eq!(
+            limits.take_at(limit, "a", "t", at(4)),
+            Err(Duration::from_secs(6))
+        );
+        // One call back after one period, not two.
+        assert!(limits.take_at(limit, "a", "t", at(10)).is_ok());
+        assert!(limits.take_at(limit, "a", "t", at(10)).is_err());
+        // Idle for an hour: a full bucket of two, no more.
+        assert!(limits.take_at(limit, "a", "t", at(3600)).is_ok());
+        assert!(limits.take_at(limit, "a", "t", at(3600)).is_ok());
+        assert!(limits.take_at(limit, "a", "t", at(3600)).is_err());
+    }
+
+    #[test]
+    fn a_burst_of_one_lets_one_call_through_per_period() {
+        let limits = RateLimits::default();
+        let limit = RateLimit {
+            burst: NonZeroU32::new(1).unwrap(),
+            every: Duration::from_millis(500),
+        };
+        let start = Instant::now();
+        assert!(limits.take_at(limit, "a", "t", start).is_ok());
+        assert_eq!(
+            limits.take_at(limit, "a", "t", start + Duration::from_millis(100)),
+            Err(Duration::from_millis(400))
+        );
+        assert!(
+            limits
+                .take_at(limit, "a", "t", start + Duration::from_millis(500))
+                .is_ok()
+        );
     }
 }
