@@ -6,7 +6,9 @@
 //! crate only walks calls through them, so an rmcp upgrade touches this folder and nothing else.
 
 pub mod corridor;
+#[cfg(feature = "gateway")]
 pub mod gateway;
+#[cfg(feature = "http")]
 pub mod http;
 pub mod server;
 pub mod stdio;
@@ -35,6 +37,7 @@ pub(crate) fn seconds_up(wait: std::time::Duration) -> u64 {
 
 /// Outgoing HTTPS (upstreams, JWKS, documents) uses rustls with ring; installed once per process
 /// (a second install is a no-op error).
+#[cfg(any(feature = "http", feature = "gateway", feature = "docs"))]
 pub(crate) fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

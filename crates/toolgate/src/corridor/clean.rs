@@ -86,6 +86,13 @@ fn redact_result(
 
 /// A prompt an upstream rendered (`prompts/get` through the gateway) as the client may see it:
 /// its description and messages redacted as a tool's result is; `None` when it cannot be cleaned.
+#[cfg_attr(
+    not(any(feature = "gateway", test)),
+    expect(
+        dead_code,
+        reason = "prompts and resources reach the corridor only through the gateway"
+    )
+)]
 pub(crate) fn redact_prompt(
     redactor: &Redactor,
     echoes: &Echoes,
@@ -97,6 +104,13 @@ pub(crate) fn redact_prompt(
 /// A resource an upstream read (`resources/read` through the gateway) as the client may see it:
 /// text contents redacted as a tool's result is, `blob` contents as they came; `None` when it
 /// cannot be cleaned.
+#[cfg_attr(
+    not(any(feature = "gateway", test)),
+    expect(
+        dead_code,
+        reason = "prompts and resources reach the corridor only through the gateway"
+    )
+)]
 pub(crate) fn redact_resource(
     redactor: &Redactor,
     echoes: &Echoes,

@@ -36,6 +36,7 @@ use toolgate_core::policy::Verdict;
 use toolgate_core::redact::Echoes;
 
 pub use answer::Answer;
+#[cfg(feature = "gateway")]
 pub(crate) use clean::{clean_tool_result, redact_prompt, redact_resource};
 pub use gate::{AuditUnavailable, Gate, request_label};
 pub use limits::RateLimits;

@@ -10,6 +10,7 @@
 )]
 
 mod catalog;
+#[cfg(feature = "docs")]
 mod docs;
 mod helpdesk;
 mod ledger;
@@ -33,6 +34,7 @@ use rmcp::{ErrorData, Peer, RoleServer};
 use serde_json::{Map, Value};
 
 pub use catalog::{Catalog, Withheld};
+#[cfg(feature = "docs")]
 pub use docs::{Docs, DocsConfigError, TestEscape};
 pub use helpdesk::Helpdesk;
 pub use ledger::Ledger;
@@ -273,6 +275,7 @@ pub struct Options {
     pub docs_hosts: Vec<String>,
     /// docs, tests only: pinned hosts that may reach trusted private networks, and an extra root
     /// certificate. Never read from a file, a flag or the environment; see [`TestEscape`].
+    #[cfg(feature = "docs")]
     pub docs_test_escape: Option<TestEscape>,
 }
 
@@ -298,6 +301,10 @@ pub enum OpenError {
 /// # Errors
 /// The name is not a built-in toolset (the message lists the ones there are), or its state cannot
 /// be opened.
+#[cfg_attr(
+    not(feature = "docs"),
+    expect(unused_variables, reason = "only the docs toolset takes options")
+)]
 pub fn by_name(name: &str, data: &Path, options: &Options) -> Result<Box<dyn Toolset>, OpenError> {
     fn state(toolset: &'static str, dir: &Path) -> impl FnOnce(std::io::Error) -> OpenError {
         let dir = dir.to_owned();
@@ -308,6 +315,7 @@ pub fn by_name(name: &str, data: &Path, options: &Options) -> Result<Box<dyn Too
         }
     }
     match name {
+        #[cfg(feature = "docs")]
         "docs" => Ok(Box::new(
             Docs::from_options(options).map_err(|e| OpenError::Docs(e.into()))?,
         )),

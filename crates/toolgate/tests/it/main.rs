@@ -3,6 +3,7 @@
 
 mod corridor;
 mod eras;
+mod features;
 mod wire;
 
 use std::sync::Arc;
