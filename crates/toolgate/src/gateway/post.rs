@@ -503,3 +503,266 @@ async fn read(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, 
     }
     Ok(body)
 }
+
+#[cfg(test)]
+mod tests {
+    //! The short way against a scripted HTTP server on a real socket of 127.0.0.1: what it sends,
+    //! and how it reads each kind of answer an upstream can give.
+
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use http::{HeaderName, HeaderValue};
+    use rmcp::model::{
+        CallToolRequest, CallToolRequestParams, ClientJsonRpcMessage, ClientRequest, GetExtensions,
+        RequestId, ServerJsonRpcMessage, ServerResult,
+    };
+    use rmcp::service::InboundStreamOrigin;
+    use serde_json::{Value, json};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    use super::{Posted, Poster};
+    use crate::gateway::progress::Routes;
+
+    /// A server that answers one request with `response` (raw HTTP) and hands back what it got.
+    async fn upstream(response: String) -> (String, tokio::task::JoinHandle<String>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/mcp", listener.local_addr().expect("address"));
+        let served = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.expect("accept");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                let n = socket.read(&mut buf).await.expect("read");
+                got.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&got).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length: ")
+                                .map(str::to_owned)
+                        })
+                        .and_then(|v| v.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if body.len() >= length {
+                        break;
+                    }
+                }
+                assert!(n > 0, "the client hung up: {text}");
+            }
+            socket.write_all(response.as_bytes()).await.expect("write");
+            socket.shutdown().await.expect("shutdown");
+            String::from_utf8_lossy(&got).to_string()
+        });
+        (url, served)
+    }
+
+    /// The gateway's own client for upstreams (connection pool, redirect policy, TLS provider).
+    fn client() -> reqwest::Client {
+        crate::install_tls_provider();
+        crate::gateway::upstream::http_client().expect("client")
+    }
+
+    fn respond(status: &str, content_type: &str, body: &str) -> String {
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    fn events(messages: &[Value]) -> String {
+        messages
+            .iter()
+            .map(|m| format!("event: message\ndata: {m}\n\n"))
+            .collect()
+    }
+
+    /// A poster whose session rmcp has set up: id `S1`, revision 2025-11-25, bearer `T`.
+    fn set_up(
+        url: &str,
+    ) -> (
+        Poster,
+        tokio::sync::mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
+    ) {
+        let (observed, poster, injected) =
+            Poster::new(client(), reqwest::Url::parse(url).expect("url"));
+        let initialized: ClientJsonRpcMessage = serde_json::from_value(
+            json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        )
+        .expect("notification");
+        let headers = HashMap::from([(
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderValue::from_static("2025-11-25"),
+        )]);
+        observed.note(
+            &initialized,
+            Some(&Arc::from("S1")),
+            Some(&"T".to_owned()),
+            &headers,
+        );
+        (poster, injected)
+    }
+
+    fn call() -> ClientRequest {
+        let params = CallToolRequestParams::new("echo").with_arguments(
+            json!({"message": "hi"})
+                .as_object()
+                .cloned()
+                .expect("object"),
+        );
+        ClientRequest::CallToolRequest(CallToolRequest::new(params))
+    }
+
+    fn result_text(posted: Posted) -> String {
+        match posted {
+            Posted::Answered(answer) => match *answer {
+                Ok(ServerResult::CallToolResult(result)) => serde_json::to_value(&result)
+                    .expect("json")["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+                other => panic!("not a call result: {other:?}"),
+            },
+            _ => panic!("not answered"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_carries_the_session_and_its_json_answer_is_read_as_a_call_result() {
+        let answer = json!({"jsonrpc": "2.0", "id": "tg-0", "result": {"content": [{"type": "text", "text": "Echo: hi"}]}});
+        let (url, served) =
+            upstream(respond("200 OK", "application/json", &answer.to_string())).await;
+        let (poster, _injected) = set_up(&url);
+        assert!(poster.ready());
+        let id = poster.next_id();
+        let posted = poster.post(&id, &call(), &Routes::default()).await;
+        assert_eq!(result_text(posted), "Echo: hi");
+
+        let request = served.await.expect("served");
+        let (head, body) = request.split_once("\r\n\r\n").expect("a whole request");
+        let head = head.to_ascii_lowercase();
+        assert!(head.starts_with("post /mcp http/1.1"), "{head}");
+        for line in [
+            "mcp-session-id: s1",
+            "mcp-protocol-version: 2025-11-25",
+            "authorization: bearer t",
+            "accept: application/json, text/event-stream",
+            "content-type: application/json",
+        ] {
+            assert!(head.contains(line), "{line} missing from\n{head}");
+        }
+        let body: Value = serde_json::from_str(body).expect("json body");
+        assert_eq!(body["id"], "tg-0");
+        assert_eq!(body["method"], "tools/call");
+        assert_eq!(body["params"]["name"], "echo");
+        assert_eq!(body["params"]["arguments"], json!({"message": "hi"}));
+        assert_eq!(body["params"]["_meta"]["progressToken"], "tg-0");
+    }
+
+    #[tokio::test]
+    async fn a_question_on_the_stream_goes_to_rmcp_marked_with_the_call_it_came_on() {
+        let question = json!({"jsonrpc": "2.0", "id": 7, "method": "roots/list"});
+        let answer = json!({"jsonrpc": "2.0", "id": "tg-0", "result": {"content": [{"type": "text", "text": "done"}]}});
+        let (url, _served) = upstream(respond(
+            "200 OK",
+            "text/event-stream",
+            &events(&[question, answer]),
+        ))
+        .await;
+        let (poster, mut injected) = set_up(&url);
+        let id = poster.next_id();
+        let posted = poster.post(&id, &call(), &Routes::default()).await;
+        assert_eq!(result_text(posted), "done");
+        match injected.try_recv().expect("the question was handed on") {
+            ServerJsonRpcMessage::Request(request) => {
+                assert_eq!(request.id, RequestId::Number(7));
+                assert_eq!(
+                    request.request.extensions().get::<InboundStreamOrigin>(),
+                    Some(&InboundStreamOrigin::OutboundRequest(id))
+                );
+            }
+            other => panic!("handed on something else: {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn each_other_answer_says_whether_anything_ran() {
+        // The upstream no longer knows the session: nothing ran.
+        for (status, body) in [
+            ("404 Not Found", String::new()),
+            (
+                "400 Bad Request",
+                json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": "Bad Request: No valid session ID provided"}}).to_string(),
+            ),
+        ] {
+            let (url, _served) = upstream(respond(status, "application/json", &body)).await;
+            let (poster, _) = set_up(&url);
+            let posted = poster.post(&poster.next_id(), &call(), &Routes::default()).await;
+            assert!(matches!(posted, Posted::SessionEnded(_)), "{status}");
+        }
+        // Its own error about this request: passed on as its answer.
+        let rejected = json!({"jsonrpc": "2.0", "id": "tg-0", "error": {"code": -32602, "message": "no such tool"}});
+        let (url, _served) = upstream(respond(
+            "400 Bad Request",
+            "application/json",
+            &rejected.to_string(),
+        ))
+        .await;
+        let (poster, _) = set_up(&url);
+        match poster
+            .post(&poster.next_id(), &call(), &Routes::default())
+            .await
+        {
+            Posted::Answered(answer) => {
+                let error = (*answer).expect_err("an error");
+                assert_eq!(error.code.0, -32602);
+                assert_eq!(error.message, "no such tool");
+            }
+            _ => panic!("the upstream's error was not its answer"),
+        }
+        // Sent, and no answer: unknown.
+        let (url, _served) =
+            upstream(respond("500 Internal Server Error", "text/plain", "boom")).await;
+        let (poster, _) = set_up(&url);
+        let posted = poster
+            .post(&poster.next_id(), &call(), &Routes::default())
+            .await;
+        assert!(matches!(posted, Posted::Lost(_)));
+        let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "tg-0", "progress": 1}});
+        let (url, _served) =
+            upstream(respond("200 OK", "text/event-stream", &events(&[progress]))).await;
+        let (poster, _) = set_up(&url);
+        let posted = poster
+            .post(&poster.next_id(), &call(), &Routes::default())
+            .await;
+        assert!(
+            matches!(posted, Posted::Lost(_)),
+            "a stream that ended without the answer"
+        );
+        // Nobody listening: nothing was sent.
+        let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/mcp", closed.local_addr().expect("address"));
+        drop(closed);
+        let (poster, _) = set_up(&url);
+        let posted = poster
+            .post(&poster.next_id(), &call(), &Routes::default())
+            .await;
+        assert!(matches!(posted, Posted::NotSent(_)));
+    }
+
+    #[tokio::test]
+    async fn before_rmcp_has_a_session_requests_go_the_rmcp_way() {
+        let (_observed, poster, _) = Poster::new(
+            client(),
+            reqwest::Url::parse("http://127.0.0.1:9/mcp").expect("url"),
+        );
+        assert!(!poster.ready());
+        let posted = poster
+            .post(&poster.next_id(), &call(), &Routes::default())
+            .await;
+        assert!(matches!(posted, Posted::NotReady));
+    }
+}

@@ -885,7 +885,7 @@ const IDLE_CONNECTION: Duration = Duration::from_secs(2);
 /// are followed as rmcp's default client follows them: only 307 and 308 (which keep the method
 /// and body) to the same origin (so the session id and the upstream's token go nowhere else),
 /// at most [`MAX_REDIRECTS`].
-fn http_client() -> reqwest::Result<reqwest::Client> {
+pub(super) fn http_client() -> reqwest::Result<reqwest::Client> {
     let redirects = reqwest::redirect::Policy::custom(|attempt| {
         let keeps_body = matches!(
             attempt.status(),
