@@ -8,10 +8,11 @@ use std::process::ExitCode;
 use anyhow::{Context, bail};
 use serde_json::{Map, Value, json};
 use toolgate::gateway::exposed_name;
-use toolgate::toolset::{self, Catalog};
+use toolgate::toolset::Catalog;
 use toolgate_core::answer::Kind;
 use toolgate_core::policy::Action;
 use toolgate_core::principal::Principal;
+use toolgate_demos as demos;
 
 use crate::gate::{check_policy, load_policy, local_principal, open_gates};
 use crate::proxy::Upstreams;
@@ -221,7 +222,7 @@ fn load_checked(
         Some(name @ ("ledger" | "notes" | "orders" | "helpdesk" | "docs")) => name,
         _ => "ledger",
     });
-    let tools = toolset::by_name(toolset, scratch, &toolset::Options::default())?;
+    let tools = demos::by_name(toolset, scratch, &demos::Options::default())?;
     let warnings = check_policy(&policy, tools.as_ref())?;
     Ok((policy, warnings))
 }

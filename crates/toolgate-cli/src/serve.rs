@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use toolgate::toolset;
+use toolgate_demos as demos;
 use toolgate_store::journal::Durability;
 
 use crate::gate::{self, check_policy, load_policy};
@@ -30,11 +30,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = load_policy(&args.gate.policy)?;
     // Check against a scratch instance first: a policy that does not fit changes nothing on disk.
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
-    let options = toolset::Options {
+    let options = demos::Options {
         docs_hosts: args.docs_hosts.clone(),
-        ..toolset::Options::default()
+        ..demos::Options::default()
     };
-    let probe = toolset::by_name(&args.toolset, scratch.path(), &options)?;
+    let probe = demos::by_name(&args.toolset, scratch.path(), &options)?;
     // A kit toolset must offer every tool it registers (a gateway withholds instead).
     if let Some((name, why)) = probe.catalog().all_withheld().iter().next() {
         bail!("tool {name}: {}", why.reason);
@@ -43,7 +43,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         tracing::warn!(%warning, "policy");
     }
     drop((probe, scratch));
-    let toolset = toolset::by_name(&args.toolset, &args.gate.data, &options)?;
+    let toolset = demos::by_name(&args.toolset, &args.gate.data, &options)?;
     let grace = args.gate.grace()?;
     let policy_sha256 = policy.sha256().to_owned();
     let gate = gate::open(&args.gate, policy, Durability::Synced, []).await?;

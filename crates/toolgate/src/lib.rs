@@ -1,9 +1,12 @@
 //! toolgate: the MCP side of the tool-call boundary, on the official Rust SDK (rmcp).
 //!
-//! It owns the rmcp server adapter (dual-era: MCP 2026-07-28 and the `initialize` revisions on one
-//! stream), the mapping of gate outcomes to what an MCP client sees, the stdio transport with its
-//! shutdown grace, and the built-in toolsets. Policy and audit logic stay in `toolgate-core`; this
-//! crate only walks calls through them, so an rmcp upgrade touches this folder and nothing else.
+//! It owns the corridor every call walks, the rmcp server adapter (dual-era: MCP 2026-07-28 and
+//! the `initialize` revisions on one stream), the mapping of gate outcomes to what an MCP client
+//! sees, the stdio transport with its shutdown grace, and the toolset contract tools are served
+//! through (`toolset`); behind features, Streamable HTTP (`http`) and the gateway (`gateway`). The
+//! built-in toolsets are users of the contract in their own crate (`toolgate-demos`). Policy and
+//! audit logic stay in `toolgate-core`; this crate only walks calls through them, so an rmcp
+//! upgrade touches this folder and nothing else.
 
 pub mod corridor;
 #[cfg(feature = "gateway")]
@@ -37,7 +40,7 @@ pub(crate) fn seconds_up(wait: std::time::Duration) -> u64 {
 
 /// Outgoing HTTPS (upstreams, JWKS, documents) uses rustls with ring; installed once per process
 /// (a second install is a no-op error).
-#[cfg(any(feature = "http", feature = "gateway", feature = "docs"))]
+#[cfg(any(feature = "http", feature = "gateway"))]
 pub(crate) fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

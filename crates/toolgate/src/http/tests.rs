@@ -1,7 +1,8 @@
 //! The HTTP front door through `tower::ServiceExt::oneshot`: each layer on its own in front of a
 //! handler that only says it was reached, then the whole router, its order of checks and what
-//! the refused requests are told. Real tokens, signed with a key made here; the kit's ledger
-//! behind the gate. The process-level table (a real socket, the helpdesk and docs toolsets) is in
+//! the refused requests are told. Real tokens, signed with a key made here; a notes toolset of
+//! the seed's shape behind the gate (`Notes`, below: the built-in ledger lives in the demos crate,
+//! which a unit test of this crate cannot serve). The process-level table (a real socket, the helpdesk and docs toolsets) is in
 //! the CLI's integration tests.
 
 use std::convert::Infallible;
@@ -31,8 +32,9 @@ use super::layers::{self, Auth, Caps, Door, host_allowed, normal_origin, origin_
 use super::message::Called;
 use super::{HttpConfig, ResourceError, canonical_resource, router};
 use crate::GateServer;
+use crate::corridor::answer;
 use crate::server::Gate;
-use crate::toolset::Ledger;
+use crate::toolset::{Call, CallFuture, Catalog, Toolset};
 use toolgate_core::json::{self as strict, JsonError, MAX_DEPTH};
 
 const ISSUER: &str = "https://auth.example.test/";
@@ -49,6 +51,54 @@ scope = "notes:read"
 tier = "blocked"
 scope = "admin"
 "#;
+
+/// The seed's three tools: `write_note` answers that it committed, `read_ledger` that there is
+/// nothing yet, `rm_rf` is registered for the gate to hide. The front door is what is tested.
+#[derive(Debug)]
+struct Notes {
+    catalog: Arc<Catalog>,
+}
+
+impl Notes {
+    fn new() -> Self {
+        let tool = |name: &'static str, schema: Value| {
+            let Value::Object(schema) = schema else {
+                unreachable!("an object schema")
+            };
+            rmcp::model::Tool::new(name, name, Arc::new(schema))
+        };
+        let catalog = Catalog::new(vec![
+            tool(
+                "write_note",
+                json!({"type": "object", "properties": {"request_id": {"type": "string"}, "text": {"type": "string"}}, "required": ["request_id", "text"]}),
+            ),
+            tool("read_ledger", json!({"type": "object", "properties": {}})),
+            tool(
+                "rm_rf",
+                json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
+            ),
+        ]);
+        Self {
+            catalog: Arc::new(catalog),
+        }
+    }
+}
+
+impl Toolset for Notes {
+    fn catalog(&self) -> Arc<Catalog> {
+        Arc::clone(&self.catalog)
+    }
+
+    fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
+        let answer = match call.name {
+            "write_note" => {
+                json!({"status": "committed", "request_id": call.arguments["request_id"]})
+            }
+            _ => json!({"notes": []}),
+        };
+        Box::pin(std::future::ready(Ok(answer::success(answer))))
+    }
+}
 
 /// An ES256 key pair: the signing key and the JWKS that holds its public half.
 struct Keys {
@@ -104,7 +154,7 @@ async fn parts() -> Parts {
     std::fs::write(&jwks, keys.jwks.to_string()).expect("jwks");
     let policy = Policy::from_bytes(POLICY.as_bytes()).expect("policy");
     let (journal, _) = Journal::open(data.path()).expect("journal");
-    let server = GateServer::new(Gate::new(policy, journal), Arc::new(Ledger::new()));
+    let server = GateServer::new(Gate::new(policy, journal), Arc::new(Notes::new()));
     let verifier = Verifier::new(AuthConfig {
         issuer: ISSUER.to_owned(),
         resource: RESOURCE.to_owned(),

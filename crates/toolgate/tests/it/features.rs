@@ -69,6 +69,6 @@ fn each_feature_brings_its_own_stack_and_no_rate_limiting_crate() {
         !gateway.iter().any(|n| n == "axum" || n == "jsonwebtoken"),
         "the gateway alone pulls in the HTTP server"
     );
-    let all = tree(&["http", "gateway", "docs"]);
+    let all = tree(&["http", "gateway"]);
     assert!(!all.iter().any(|n| n == "governor"), "{all:?}");
 }

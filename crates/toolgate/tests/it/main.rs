@@ -11,9 +11,9 @@ use std::sync::Arc;
 use tempfile::TempDir;
 use toolgate::GateServer;
 use toolgate::server::Gate;
-use toolgate::toolset::Ledger;
 use toolgate_core::policy::Policy;
 use toolgate_core::policy::SEED_POLICY;
+use toolgate_demos::Ledger;
 use toolgate_store::journal::Journal;
 
 /// A server over a fresh data directory, and that directory.

@@ -17,7 +17,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::guard::{Cidr, Guard, Resolver, non_public};
-use super::{CallError, Docs, MAX_REDIRECTS, Options, TestEscape, Toolset};
+use super::{Docs, MAX_REDIRECTS, TestEscape};
+use crate::Options;
+use toolgate::toolset::{CallError, Toolset};
 
 fn ip(text: &str) -> IpAddr {
     text.parse().expect("an IP address in a test table")

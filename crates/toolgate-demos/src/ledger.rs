@@ -13,9 +13,9 @@ use serde_json::{Map, Value, json};
 use toolgate_core::audit::{Decision, Event, Outcome};
 use toolgate_store::journal::{JournalError, Note, NoteOutcome};
 
-use super::{Call, CallError, CallFuture, Catalog, Toolset};
-use crate::corridor::answer;
-use crate::corridor::{AuditUnavailable, Gate, request_label};
+use toolgate::corridor::answer;
+use toolgate::corridor::{AuditUnavailable, Gate, request_label};
+use toolgate::toolset::{Call, CallError, CallFuture, Catalog, Toolset};
 
 /// The seed's three tools.
 #[derive(Debug)]

@@ -25,8 +25,8 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use super::{Call, CallError, CallFuture, Catalog, DryRunFuture, Toolset};
-use crate::corridor::answer;
+use toolgate::corridor::answer;
+use toolgate::toolset::{Call, CallError, CallFuture, Catalog, DryRunFuture, Toolset};
 
 /// The schema's pattern for a note name; [`check_name`] enforces the same rule and more.
 const NAME_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$";
@@ -683,12 +683,12 @@ fn same_file(_a: &Metadata, _b: &Metadata) -> bool {
 
 /// Makes the directory's entries (a creation, a removal) durable.
 #[cfg(unix)]
-pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
 #[cfg(not(unix))]
-pub(super) fn sync_dir(_dir: &Path) -> io::Result<()> {
+pub(crate) fn sync_dir(_dir: &Path) -> io::Result<()> {
     // Directories cannot be opened for syncing here; the file system orders the metadata itself.
     Ok(())
 }
@@ -707,7 +707,7 @@ fn clip(text: &str, max: usize) -> String {
 }
 
 /// RFC 3339 in UTC to the second (`2026-10-19T11:12:36Z`), through the server's one date formatter.
-pub(super) fn utc_timestamp(time: SystemTime) -> String {
+pub(crate) fn utc_timestamp(time: SystemTime) -> String {
     let ms: i64 = match time.duration_since(UNIX_EPOCH) {
         Ok(after) => i64::try_from(after.as_millis()).unwrap_or(i64::MAX),
         Err(before) => {

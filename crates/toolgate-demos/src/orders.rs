@@ -36,9 +36,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::notes::{sync_dir, utc_timestamp};
-use super::{Call, CallError, CallFuture, Catalog, DryRunFuture, Toolset};
-use crate::corridor::answer;
+use crate::notes::{sync_dir, utc_timestamp};
+use toolgate::corridor::answer;
+use toolgate::toolset::{Call, CallError, CallFuture, Catalog, DryRunFuture, Toolset};
 
 const FIXTURE_FILE: &str = "orders-fixture.json";
 

@@ -3,12 +3,12 @@ use toolgate_core::principal::Principal;
 use toolgate_store::journal::Journal;
 
 use super::*;
-use crate::server::Gate;
+use toolgate::server::Gate;
 
 const ALICE: &str = "user-alice";
 const BOB: &str = "user-bob";
 
-const POLICY: &[u8] = include_bytes!("../../../../../policies/helpdesk.toml");
+const POLICY: &[u8] = include_bytes!("../../../../policies/helpdesk.toml");
 
 fn open(dir: &Path) -> Helpdesk {
     Helpdesk::open(dir).expect("open helpdesk")
@@ -513,12 +513,11 @@ fn a_second_open_of_the_same_directory_is_refused() {
 #[test]
 fn by_name_opens_the_helpdesk_under_the_data_directory() {
     let tmp = tempfile::tempdir().expect("temp dir");
-    let toolset =
-        crate::toolset::by_name("helpdesk", tmp.path(), &crate::toolset::Options::default())
-            .expect("helpdesk is built in");
+    let toolset = crate::by_name("helpdesk", tmp.path(), &crate::Options::default())
+        .expect("helpdesk is built in");
     assert!(toolset.catalog().has("get_ticket"));
     assert!(tmp.path().join("helpdesk").join(NOTES_FILE).exists());
-    let unknown = crate::toolset::by_name("nope", tmp.path(), &crate::toolset::Options::default())
+    let unknown = crate::by_name("nope", tmp.path(), &crate::Options::default())
         .expect_err("unknown")
         .to_string();
     assert!(unknown.contains("helpdesk"), "{unknown}");

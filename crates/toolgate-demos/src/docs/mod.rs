@@ -35,9 +35,10 @@ use rmcp::model::{CallToolResult, ContentBlock, Tool, ToolAnnotations};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use super::{Call, CallError, CallFuture, Catalog, Options, Toolset};
+use crate::Options;
 use error::FetchError;
 use guard::{Guard, Resolver, Target};
+use toolgate::toolset::{Call, CallError, CallFuture, Catalog, Toolset};
 
 pub use error::DocsConfigError;
 pub use guard::TestEscape;
@@ -110,7 +111,7 @@ impl Docs {
             hosts.to_vec()
         };
         let guard = Guard::new(&hosts, None)?;
-        crate::install_tls_provider();
+        let _ = rustls::crypto::ring::default_provider().install_default();
         Ok(Self {
             catalog: Arc::new(Catalog::new(tools(&hosts))),
             hosts,
@@ -121,7 +122,7 @@ impl Docs {
         })
     }
 
-    /// The toolset as `toolset::by_name` builds it: `docs_hosts`, and the test escape if one is set.
+    /// The toolset as `crate::by_name` builds it: `docs_hosts`, and the test escape if one is set.
     ///
     /// # Errors
     /// As [`Docs::new`] and [`Docs::with_test_escape`].

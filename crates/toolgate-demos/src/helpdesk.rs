@@ -37,9 +37,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::notes::{sync_dir, utc_timestamp};
-use super::{Call, CallError, CallFuture, Catalog, Toolset};
-use crate::corridor::answer;
+use crate::notes::{sync_dir, utc_timestamp};
+use toolgate::corridor::answer;
+use toolgate::toolset::{Call, CallError, CallFuture, Catalog, Toolset};
 
 const NOTES_FILE: &str = "notes.jsonl";
 
