@@ -123,7 +123,7 @@ fn tokens(specs: &[UpstreamSpec]) -> Vec<Secret> {
         .iter()
         .filter_map(|spec| match &spec.target {
             Target::Http { bearer, .. } => bearer.clone(),
-            Target::Command { .. } => None,
+            Target::Command { .. } | Target::InProcess(_) => None,
         })
         .collect()
 }

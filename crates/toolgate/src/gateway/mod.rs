@@ -30,7 +30,7 @@ use toolgate_core::redact::Echoes;
 
 pub use error::{ConnectError, LockError, SpecError, UrlProblem};
 pub use pins::{Lock, Pin, default_path as default_lock_path, definition_sha256};
-pub use spec::{Target, UpstreamSpec, from_command, from_file, from_flag};
+pub use spec::{InProcess, Target, UpstreamSpec, from_command, from_file, from_flag};
 pub use upstream::Upstream;
 
 use crate::server::Gate;

@@ -1,5 +1,6 @@
 //! How the gateway reaches its upstreams: a command to start (stdio) or a Streamable HTTP URL,
-//! from a TOML file or from `--upstream NAME=…` on the command line.
+//! from a TOML file or from `--upstream NAME=…` on the command line; or, for a program that uses
+//! the library, an rmcp server of its own run in the same process ([`InProcess`]).
 //!
 //! Upstream credentials belong to the upstream's own entry (`env` for a child process,
 //! `bearer_env` for HTTP); nothing the gateway's own callers present is ever passed on. This
@@ -8,7 +9,9 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use rmcp::{ServerHandler, ServiceExt};
 use serde::Deserialize;
 use toolgate_core::secret::Secret;
 
@@ -43,6 +46,53 @@ pub enum Target {
         /// without it when `bearer_env` is set.
         bearer: Option<Secret>,
     },
+    /// An MCP server in this process, spoken to over an in-memory pipe.
+    InProcess(InProcess),
+}
+
+/// An rmcp server (any `ServerHandler`, such as one written with rmcp's `#[tool_router]` and
+/// `#[tool]` macros) run in this process as an upstream: its tools then walk the gate like any
+/// upstream's, without being rewritten. Each connection, and each restart after the server's
+/// service ended, serves a fresh clone of it on a new in-memory pipe; nothing crosses a process
+/// or a socket.
+#[derive(Clone)]
+pub struct InProcess {
+    start: Arc<dyn Fn(tokio::io::DuplexStream) + Send + Sync>,
+}
+
+impl InProcess {
+    /// `server`, cloned for each connection.
+    pub fn new<S>(server: S) -> Self
+    where
+        S: ServerHandler + Clone,
+    {
+        Self {
+            start: Arc::new(move |pipe| {
+                let server = server.clone();
+                tokio::spawn(async move {
+                    match server.serve(pipe).await {
+                        Ok(running) => {
+                            let _ = running.waiting().await;
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "in-process upstream did not start");
+                        }
+                    }
+                });
+            }),
+        }
+    }
+
+    /// Serves a fresh clone on `pipe` (the server's end), on a task of its own.
+    pub(super) fn start(&self, pipe: tokio::io::DuplexStream) {
+        (self.start)(pipe);
+    }
+}
+
+impl std::fmt::Debug for InProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InProcess")
+    }
 }
 
 /// Equal when they name the same upstream the same way. Tokens are compared only for being there:
@@ -76,6 +126,7 @@ impl PartialEq for Target {
                     bearer: t,
                 },
             ) => (url, bearer_env, bearer.is_some()) == (u, b, t.is_some()),
+            (Self::InProcess(a), Self::InProcess(b)) => Arc::ptr_eq(&a.start, &b.start),
             _ => false,
         }
     }
@@ -84,6 +135,18 @@ impl PartialEq for Target {
 impl Eq for Target {}
 
 impl UpstreamSpec {
+    /// An rmcp server of this program's own as upstream `name` ([`InProcess`]).
+    #[must_use]
+    pub fn in_process<S>(name: impl Into<String>, server: S) -> Self
+    where
+        S: ServerHandler + Clone,
+    {
+        Self {
+            name: name.into(),
+            target: Target::InProcess(InProcess::new(server)),
+        }
+    }
+
     /// The spec with the token its `bearer_env` names. No effect on an upstream that is not HTTP.
     #[must_use]
     pub fn with_bearer(mut self, token: Secret) -> Self {

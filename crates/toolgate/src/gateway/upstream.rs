@@ -33,6 +33,7 @@ use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt, NotificationContext,
     PeerRequestOptions, RequestContext, RunningServiceCancellationToken, ServiceError,
 };
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, ErrorData, Peer, RoleClient};
@@ -57,6 +58,8 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A connection that lived this long resets the backoff.
 const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+/// Bytes buffered each way on the pipe to an in-process upstream.
+const IN_PROCESS_PIPE: usize = 64 * 1024;
 /// Bound on connecting (start, discover or initialize, first tools/list).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -267,6 +270,17 @@ impl Upstream {
                 if let Some(stderr) = stderr {
                     relay_stderr(self.spec.name.clone(), stderr);
                 }
+                let transport = progress::Queued::new(transport, Arc::clone(&self.routes), None);
+                handler
+                    .serve_with_lifecycle(transport, lifecycle)
+                    .await
+                    .map_err(|e| ConnectError::Handshake(Box::new(e)))
+            }
+            Target::InProcess(server) => {
+                let (ours, theirs) = tokio::io::duplex(IN_PROCESS_PIPE);
+                server.start(theirs);
+                let (read, write) = tokio::io::split(ours);
+                let transport = AsyncRwTransport::new_client(read, write);
                 let transport = progress::Queued::new(transport, Arc::clone(&self.routes), None);
                 handler
                     .serve_with_lifecycle(transport, lifecycle)

@@ -4,6 +4,8 @@
 mod corridor;
 mod eras;
 mod features;
+#[cfg(feature = "gateway")]
+mod in_process;
 mod wire;
 
 use std::sync::Arc;
