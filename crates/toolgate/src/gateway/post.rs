@@ -59,20 +59,22 @@ const MAX_ERROR: usize = 64 * 1024;
 const DRAIN: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// The session of one upstream connection, as rmcp's latest POST carried it.
-#[derive(Clone, Default)]
 struct Session {
-    /// Set once rmcp posts after the handshake; cleared while it (re)initializes.
-    headers: Option<HashMap<HeaderName, HeaderValue>>,
+    headers: HashMap<HeaderName, HeaderValue>,
     id: Option<Arc<str>>,
     /// The upstream's own credential (never a caller's).
     auth: Option<String>,
 }
 
+/// The session, once rmcp has posted after its handshake; `None` while it (re)initializes. Each
+/// request takes the one current when it starts.
+type Current = Arc<Mutex<Option<Arc<Session>>>>;
+
 /// The connection's HTTP client as rmcp uses it, noting the session of every POST.
 #[derive(Clone)]
 pub(super) struct Observed {
     client: reqwest::Client,
-    session: Arc<Mutex<Session>>,
+    session: Current,
 }
 
 impl Observed {
@@ -90,16 +92,13 @@ impl Observed {
                 ..
             })
         );
-        let mut session = lock(&self.session);
-        *session = if initializing {
-            Session::default()
-        } else {
-            Session {
-                headers: Some(headers.clone()),
+        *lock(&self.session) = (!initializing).then(|| {
+            Arc::new(Session {
+                headers: headers.clone(),
                 id: id.cloned(),
                 auth: auth.cloned(),
-            }
-        };
+            })
+        });
     }
 }
 
@@ -160,7 +159,7 @@ impl StreamableHttpClient for Observed {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> impl Future<Output = Result<(), StreamableHttpError<Self::Error>>> + Send + '_ {
-        *lock(&self.session) = Session::default();
+        *lock(&self.session) = None;
         self.client
             .delete_session(uri, session_id, auth_header, custom_headers)
     }
@@ -209,6 +208,10 @@ impl StreamableHttpClient for Observed {
     }
 }
 
+/// What the short way hands to the rmcp connection: the receiving end, read by the transport
+/// ([`super::progress::Queued`]).
+pub(super) type Injected = mpsc::UnboundedReceiver<ServerJsonRpcMessage>;
+
 /// How a request that went the short way ended.
 pub(super) enum Posted {
     /// The upstream answered it: its result, or its own error.
@@ -227,7 +230,7 @@ pub(super) enum Posted {
 pub(super) struct Poster {
     client: reqwest::Client,
     url: reqwest::Url,
-    session: Arc<Mutex<Session>>,
+    session: Current,
     /// Messages for the rmcp connection that arrived on a POST the gateway read itself.
     inject: mpsc::UnboundedSender<ServerJsonRpcMessage>,
     next: AtomicU64,
@@ -245,15 +248,8 @@ impl Poster {
     /// The short way for a connection to `url` through `client`: the client rmcp is to use (which
     /// notes the session), the poster, and the receiver of what it hands to rmcp (for the
     /// connection's transport, [`super::progress::Queued`]).
-    pub(super) fn new(
-        client: reqwest::Client,
-        url: reqwest::Url,
-    ) -> (
-        Observed,
-        Self,
-        mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
-    ) {
-        let session = Arc::new(Mutex::new(Session::default()));
+    pub(super) fn new(client: reqwest::Client, url: reqwest::Url) -> (Observed, Self, Injected) {
+        let session = Current::default();
         let (inject, injected) = mpsc::unbounded_channel();
         let observed = Observed {
             client: client.clone(),
@@ -271,7 +267,7 @@ impl Poster {
 
     /// Whether rmcp has completed its handshake, so that the session is known.
     pub(super) fn ready(&self) -> bool {
-        lock(&self.session).headers.is_some()
+        lock(&self.session).is_some()
     }
 
     /// A request id of this way's own: rmcp numbers its requests, these are strings.
@@ -287,12 +283,11 @@ impl Poster {
         request: &ClientRequest,
         routes: &Routes,
     ) -> Posted {
+        let Some(session) = lock(&self.session).clone() else {
+            return Posted::NotReady;
+        };
         let Some(body) = body(id, request) else {
             return Posted::NotSent("the request could not be written".to_owned());
-        };
-        let session = lock(&self.session).clone();
-        let Some(headers) = session.headers else {
-            return Posted::NotReady;
         };
         let mut post = self
             .client
@@ -300,7 +295,7 @@ impl Poster {
             .header(ACCEPT, "application/json, text/event-stream")
             .header(CONTENT_TYPE, "application/json")
             .body(body);
-        for (name, value) in headers {
+        for (name, value) in &session.headers {
             post = post.header(name, value);
         }
         if let Some(id) = &session.id {

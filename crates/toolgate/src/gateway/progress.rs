@@ -22,7 +22,8 @@ use rmcp::model::{
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::{Peer, RoleClient, RoleServer};
-use tokio::sync::mpsc;
+
+use super::post::Injected;
 
 /// Where a caller wants progress for one forwarded call: its connection and its own token.
 pub(super) type Target = (Peer<RoleServer>, ProgressToken);
@@ -167,15 +168,11 @@ impl Drop for Registered {
 pub(super) struct Queued<T> {
     inner: T,
     routes: Arc<Routes>,
-    injected: Option<mpsc::UnboundedReceiver<ServerJsonRpcMessage>>,
+    injected: Option<Injected>,
 }
 
 impl<T> Queued<T> {
-    pub(super) fn new(
-        inner: T,
-        routes: Arc<Routes>,
-        injected: Option<mpsc::UnboundedReceiver<ServerJsonRpcMessage>>,
-    ) -> Self {
+    pub(super) fn new(inner: T, routes: Arc<Routes>, injected: Option<Injected>) -> Self {
         Self {
             inner,
             routes,

@@ -45,7 +45,7 @@ use toolgate_core::policy::ClientRequest as Question;
 
 use super::error::{ConnectError, PassError};
 use super::held::{Holds, Next, Running};
-use super::post::{self, Posted, Poster};
+use super::post::{self, Injected, Posted, Poster};
 use super::progress::{self, Routes};
 use super::relay::{self, Asker, Input, Relay, Round};
 use super::spec::{Target, UpstreamSpec};
@@ -270,22 +270,14 @@ impl Upstream {
                 if let Some(stderr) = stderr {
                     relay_stderr(self.spec.name.clone(), stderr);
                 }
-                let transport = progress::Queued::new(transport, Arc::clone(&self.routes), None);
-                handler
-                    .serve_with_lifecycle(transport, lifecycle)
-                    .await
-                    .map_err(|e| ConnectError::Handshake(Box::new(e)))
+                self.serve_over(handler, transport, None, lifecycle).await
             }
             Target::InProcess(server) => {
                 let (ours, theirs) = tokio::io::duplex(IN_PROCESS_PIPE);
                 server.start(theirs);
                 let (read, write) = tokio::io::split(ours);
                 let transport = AsyncRwTransport::new_client(read, write);
-                let transport = progress::Queued::new(transport, Arc::clone(&self.routes), None);
-                handler
-                    .serve_with_lifecycle(transport, lifecycle)
-                    .await
-                    .map_err(|e| ConnectError::Handshake(Box::new(e)))
+                self.serve_over(handler, transport, None, lifecycle).await
             }
             Target::Http {
                 url,
@@ -307,16 +299,33 @@ impl Upstream {
                     reqwest::Url::parse(url).map_err(|e| ConnectError::Url(e.to_string()))?;
                 let (client, poster, injected) = Poster::new(client, endpoint);
                 let transport = StreamableHttpClientTransport::with_client(client, config);
-                let transport =
-                    progress::Queued::new(transport, Arc::clone(&self.routes), Some(injected));
-                let service = handler
-                    .serve_with_lifecycle(transport, lifecycle)
-                    .await
-                    .map_err(|e| ConnectError::Handshake(Box::new(e)))?;
+                let service = self
+                    .serve_over(handler, transport, Some(injected), lifecycle)
+                    .await?;
                 *lock(&self.poster) = Some(Arc::new(poster));
                 Ok(service)
             }
         }
+    }
+
+    /// The MCP handshake over `transport`, its progress queued for the calls in arrival order
+    /// and `injected` (what the short way read for rmcp, `post.rs`) handed to rmcp before it.
+    async fn serve_over<T>(
+        &self,
+        handler: Handler,
+        transport: T,
+        injected: Option<Injected>,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<rmcp::service::RunningService<RoleClient, Handler>, ConnectError>
+    where
+        T: rmcp::transport::Transport<RoleClient> + Send + 'static,
+        T::Error: std::error::Error + Send + Sync + 'static,
+    {
+        let transport = progress::Queued::new(transport, Arc::clone(&self.routes), injected);
+        handler
+            .serve_with_lifecycle(transport, lifecycle)
+            .await
+            .map_err(|e| ConnectError::Handshake(Box::new(e)))
     }
 
     /// Forwards one call. `read_only`: the tool says it changes nothing, so losing the
@@ -485,12 +494,7 @@ impl Upstream {
                 Posted::Answered(answer) => {
                     return (*answer).map_err(|error| CallError::Rejected(self.redacted(error)));
                 }
-                Posted::NotSent(why) => {
-                    return Err(CallError::Unavailable(format!(
-                        "upstream {} did not take the request ({why}); nothing was sent",
-                        self.spec.name
-                    )));
-                }
+                Posted::NotSent(why) => return Err(self.not_sent(&why)),
                 Posted::Lost(why) => return Err(self.lost(&why, read_only)),
                 Posted::SessionEnded(why) => {
                     tracing::warn!(upstream = %self.spec.name, reason = %why, "upstream refused its session; reconnecting");
@@ -521,12 +525,7 @@ impl Upstream {
         let handle = peer
             .send_cancellable_request(request, options)
             .await
-            .map_err(|e| {
-                CallError::Unavailable(format!(
-                    "upstream {} did not take the request ({e}); nothing was sent",
-                    self.spec.name
-                ))
-            })?;
+            .map_err(|e| self.not_sent(&e.to_string()))?;
         let route = self
             .routes
             .register(handle.progress_token.clone(), progress)
@@ -570,6 +569,14 @@ impl Upstream {
         cancel.peer = None;
         route.finish().await;
         posted
+    }
+
+    /// A request that never reached the upstream.
+    fn not_sent(&self, why: &str) -> CallError {
+        CallError::Unavailable(format!(
+            "upstream {} did not take the request ({why}); nothing was sent",
+            self.spec.name
+        ))
     }
 
     /// A request that was sent and got no answer: a plain failure if it changes nothing, else
