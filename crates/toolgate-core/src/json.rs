@@ -27,14 +27,27 @@ pub const MAX_DEPTH: usize = 64;
 /// Why a text has no single reading as JSON.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum JsonError {
+    /// The bytes are not valid UTF-8.
     #[error("not UTF-8")]
     NotUtf8,
+    /// Not one JSON value followed only by white space.
     #[error("not JSON: {reason}")]
-    Syntax { reason: String },
+    Syntax {
+        /// serde_json's message, with line and column.
+        reason: String,
+    },
+    /// Arrays and objects nest deeper than the limit.
     #[error("nested deeper than {max} levels")]
-    TooDeep { max: usize },
+    TooDeep {
+        /// The limit that was passed ([`MAX_DEPTH`] unless [`parse_nested`] set another).
+        max: usize,
+    },
+    /// An object names the same member twice.
     #[error("member {name:?} appears twice in one object")]
-    Duplicate { name: String },
+    Duplicate {
+        /// The repeated member name, escapes decoded.
+        name: String,
+    },
 }
 
 /// The one value `text` holds, nested at most [`MAX_DEPTH`] deep.

@@ -25,6 +25,7 @@ const MASK: &str = "<redacted>";
 pub struct Secret(String);
 
 impl Secret {
+    /// Wraps `value`; from here on only [`Secret::expose`] reads it.
     #[must_use]
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())

@@ -61,22 +61,30 @@ pub const INVALID_PARAMS: i32 = -32602;
 /// A call held for a person: what the pending answer tells the caller.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Pending {
+    /// The approval request's id, which a person approves or denies.
     pub approval_id: String,
     /// Unix milliseconds after which the request expires (expiry is denial).
     pub expires_at_ms: i64,
+    /// The tier that asks for a person, as [`Tier::as_str`](crate::policy::Tier::as_str) writes it.
     pub tier: String,
+    /// Why the policy asks for approval, with the rule that decided it.
     pub reason: String,
+    /// SHA-256 of the policy that asked; the approval holds only under that policy.
     pub policy_sha256: String,
 }
 
 /// A person's "no", or nobody's answer in time.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PersonRefusal {
+    /// The approval request that was refused or expired.
     pub approval_id: String,
     /// True when nobody decided before the request expired.
     pub expired: bool,
+    /// Who denied it, as the approval queue recorded them; `None` when it expired.
     pub decided_by: Option<String>,
+    /// The reason the person gave with the denial, if any.
     pub reason: Option<String>,
+    /// SHA-256 of the policy the request was made under.
     pub policy_sha256: String,
 }
 
@@ -86,15 +94,32 @@ pub enum Answer<R> {
     /// The tool does not exist for this caller (hidden, denied, blocked, unknown, withheld, the kill
     /// switch), or a policy argument rule refused the call. `visible`: the caller may see the tool,
     /// so the answer may name the rule.
-    Denied { denial: Denial, visible: bool },
+    Denied {
+        /// The tool and the rule that refused it.
+        denial: Denial,
+        /// The caller may see the tool; otherwise the rule is withheld as `visibility`.
+        visible: bool,
+    },
     /// The arguments do not fit the tool's schema (or a business check the model can correct).
-    Invalid { rule: String, reason: String },
+    Invalid {
+        /// The rule that refused, e.g. `schema` or `tools.NAME.idempotency_key`.
+        rule: String,
+        /// What is wrong, in words the model can act on (redacted).
+        reason: String,
+    },
     /// The caller's bucket for this tool is empty.
-    RateLimited { retry_after_s: u64 },
+    RateLimited {
+        /// Seconds until the bucket holds a call again.
+        retry_after_s: u64,
+    },
     /// A gated tool whose switch is off: what it would have done.
     DryRun {
+        /// The rule that refused, `tools.NAME.gated`.
         rule: String,
+        /// The environment variable that turns the tool on (see
+        /// [`Policy::gate_env`](crate::policy::Policy::gate_env)).
         gate_env: String,
+        /// What the call would have done, as the tool's dry run describes it.
         preview: Value,
     },
     /// Waiting for a person.
@@ -108,59 +133,109 @@ pub enum Answer<R> {
     /// The tool ran and answered with an error of its own (passed on, redacted).
     ToolError(R),
     /// The tool ran and failed; the reason in words (redacted).
-    Failed { reason: String },
+    Failed {
+        /// Why it failed (redacted).
+        reason: String,
+    },
     /// The idempotency key was used before with other arguments; nothing ran.
-    Conflict { key: String, rule: String },
+    Conflict {
+        /// The idempotency key that was reused.
+        key: String,
+        /// The rule that refused, `tools.NAME.idempotency_key`.
+        rule: String,
+    },
     /// The effect may or may not have happened.
-    InDoubt { why: String },
+    InDoubt {
+        /// What left the outcome unknown.
+        why: String,
+    },
     /// The handler started and did not finish within its timeout: it may have had an effect.
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// The timeout that ran out, in milliseconds.
+        after_ms: u64,
+    },
     /// Another copy of this call holds its idempotency key and has not finished.
-    InFlight { key: String },
+    InFlight {
+        /// The idempotency key the other call holds.
+        key: String,
+    },
     /// The client cancelled the call.
     Cancelled,
     /// Not run because something the call needs cannot answer (a store, the audit log, an
     /// upstream); nothing was attempted.
-    NotRun { rule: String, why: String },
+    NotRun {
+        /// The rule to record, e.g. `audit.unavailable` or `approvals_unavailable`.
+        rule: String,
+        /// What could not answer, in words the model reads.
+        why: String,
+    },
     /// The tool needs the caller's input before it can finish (MCP's `input_required` result,
     /// passed on as the upstream gave it); the caller retries with its answers.
     InputRequired(Value),
     /// The upstream refused the request with a JSON-RPC error of its own (an unknown tool, a
     /// capability the caller lacks): passed on as it was, redacted.
     Rejected {
+        /// The upstream's JSON-RPC error code.
         code: i32,
+        /// The upstream's error message (redacted).
         message: String,
+        /// The upstream's error data, if it sent any (redacted).
         data: Option<Value>,
     },
     /// The upstream runs the call on as a task (the MCP tasks extension, for a caller that
     /// declared it): its task, passed on as the upstream gave it. The effect has started and has
     /// not ended, so it is recorded in doubt until its end is seen. `replay`: the task an earlier
     /// call with the same idempotency key became; nothing was sent again.
-    Task { task: Value, replay: bool },
+    Task {
+        /// The task object as the upstream gave it.
+        task: Value,
+        /// The task is an earlier call's, found by its idempotency key; nothing was sent again.
+        replay: bool,
+    },
 }
 
 /// An [`Answer`] without its payload: what the table of DESIGN.md §4 is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
+    /// [`Answer::Denied`].
     Denied,
+    /// [`Answer::Invalid`].
     Invalid,
+    /// [`Answer::RateLimited`].
     RateLimited,
+    /// [`Answer::DryRun`].
     DryRun,
+    /// [`Answer::Pending`].
     Pending,
+    /// [`Answer::RefusedByPerson`] with a person's denial.
     DeniedByPerson,
+    /// [`Answer::RefusedByPerson`] because nobody decided before the request expired.
     Expired,
+    /// [`Answer::Ran`].
     Ran,
+    /// [`Answer::Replay`], or an [`Answer::Task`] replayed by its idempotency key.
     Replay,
+    /// [`Answer::ToolError`].
     ToolError,
+    /// [`Answer::Failed`].
     Failed,
+    /// [`Answer::Conflict`].
     Conflict,
+    /// [`Answer::InDoubt`].
     InDoubt,
+    /// [`Answer::Timeout`].
     Timeout,
+    /// [`Answer::InFlight`].
     InFlight,
+    /// [`Answer::Cancelled`].
     Cancelled,
+    /// [`Answer::NotRun`].
     NotRun,
+    /// [`Answer::InputRequired`].
     InputRequired,
+    /// [`Answer::Rejected`].
     Rejected,
+    /// [`Answer::Task`] for a new task.
     Task,
 }
 
@@ -328,6 +403,8 @@ impl Kind {
 }
 
 impl<R> Answer<R> {
+    /// The row of the outcome table this answer is; a refusal splits by `expired`, a task by
+    /// `replay`.
     #[must_use]
     pub fn kind(&self) -> Kind {
         match self {

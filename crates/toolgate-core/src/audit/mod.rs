@@ -31,7 +31,9 @@ pub const GENESIS: &str = "00000000000000000000000000000000000000000000000000000
 /// What the gate decided about a call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {
+    /// The call was let through to its handler (whatever the handler then did).
     Allow,
+    /// Refused by a rule before anything ran.
     Deny,
     /// Refused with a dry run (a gated tool whose switch is off).
     Refuse,
@@ -44,6 +46,8 @@ pub enum Decision {
 }
 
 impl Decision {
+    /// The record's `decision` field: `allow`, `deny`, `refuse`, `approval`, `control` or
+    /// `recover`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -103,6 +107,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    /// The record's `outcome` field, in snake case (`not_executed`, `in_doubt`, …).
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -133,10 +138,16 @@ impl Outcome {
 /// A record before it is placed in the chain: everything but `ts`, `prev_sha256` and `sha256`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Event {
+    /// The JSON-RPC id of the request, as text; a fixed word (`killswitch`, `recovery`) for
+    /// records no request made.
     pub request_id: String,
+    /// What was done: `tools/call`, or an operator's action such as `killswitch/set`.
     pub method: String,
+    /// The tool called, or the thing acted on.
     pub name: String,
+    /// What the gate decided.
     pub decision: Decision,
+    /// What happened after the decision.
     pub outcome: Outcome,
     /// SHA-256 of the canonical arguments ([`canonical::digest`]).
     pub args_digest: String,
@@ -203,7 +214,9 @@ const CORE_FIELDS: &[&str] = &[
 /// A record placed in the chain: its line as written (with the trailing `\n`) and its hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sealed {
+    /// The canonical record and its `\n`, ready to append to the log as it is.
     pub line: Vec<u8>,
+    /// The record's hash: 64 lower-case hex characters, the chain's new head.
     pub sha256: String,
 }
 
@@ -220,6 +233,7 @@ impl Chain {
         Self { head }
     }
 
+    /// The hash of the last record sealed, which the next record's `prev_sha256` will name.
     #[must_use]
     pub fn head(&self) -> &str {
         &self.head

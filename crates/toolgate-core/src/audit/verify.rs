@@ -17,6 +17,8 @@ use super::{GENESIS, scan};
 pub struct Break {
     /// 1-based line number.
     pub line: u64,
+    /// What is wrong with that line, in words for a person (torn, not canonical, bad link or
+    /// hash, or the expected head not reached).
     pub reason: String,
 }
 
@@ -27,10 +29,12 @@ pub struct Report {
     pub records: u64,
     /// `sha256` of the last record that verified ([`GENESIS`] when none did).
     pub head: String,
+    /// The first break found; `None` when every line verified.
     pub broken: Option<Break>,
 }
 
 impl Report {
+    /// Whether the whole file verified (and, when one was expected, ended at the expected head).
     #[must_use]
     pub fn intact(&self) -> bool {
         self.broken.is_none()

@@ -50,6 +50,7 @@ impl Condition {
         })
     }
 
+    /// The expression as written in the policy file.
     #[must_use]
     pub fn source(&self) -> &str {
         &self.source

@@ -49,6 +49,7 @@ pub enum Tier {
 }
 
 impl Tier {
+    /// The name the policy file and the audit record use: `low`, `medium`, `high` or `blocked`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -76,22 +77,29 @@ impl Tier {
 /// Bounds on one string argument, in Unicode scalar values (Python's `len`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ArgRule {
+    /// Fewest characters allowed, inclusive.
     pub min_len: Option<usize>,
+    /// Most characters allowed, inclusive; never below `min_len` in a loaded policy.
     pub max_len: Option<usize>,
 }
 
 /// A rule that raises a tier when its condition holds.
 #[derive(Debug)]
 pub struct Escalation {
+    /// The CEL condition over `args`, `principal` and `tool`.
     pub when: Condition,
+    /// The tier the call gets when `when` holds (if higher than it has already).
     pub tier: Tier,
 }
 
 /// Everything the policy says about one tool.
 #[derive(Debug, Default)]
 pub struct ToolRule {
+    /// The tool's own tier; `None` takes `defaults.tier`.
     pub tier: Option<Tier>,
+    /// Escalation rules in file order; every one that matches may raise the tier.
     pub escalate: Vec<Escalation>,
+    /// Length bounds per string argument, by argument name.
     pub args: BTreeMap<String, ArgRule>,
     /// Off until its environment switch is set; a refused call answers with a dry run.
     pub gated: bool,
@@ -102,6 +110,7 @@ pub struct ToolRule {
     pub idempotency_key: Option<String>,
     /// The tool dedupes by itself: safe to forward again when an earlier outcome is unknown.
     pub idempotent: bool,
+    /// The tool's own handler timeout; `None` takes `defaults.timeout`.
     pub timeout: Option<Duration>,
     /// HTTP: the OAuth scope this tool needs.
     pub scope: Option<String>,
@@ -127,6 +136,7 @@ pub struct Defaults {
     pub approval_wait: Duration,
     /// Unattended medium calls per principal per window; past it, medium becomes high.
     pub medium_budget: u32,
+    /// The window `medium_budget` counts over.
     pub medium_window: Duration,
     /// A handler that runs longer gets an error result.
     pub timeout: Duration,
@@ -137,7 +147,9 @@ pub struct Defaults {
 /// A token bucket: `burst` calls at once, then one more every `every` (per principal and tool).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct RateLimit {
+    /// Calls that may be made at once with a full bucket (its size).
     pub burst: NonZeroU32,
+    /// How long it takes one spent call to come back; never zero in a loaded policy.
     pub every: Duration,
 }
 
@@ -240,6 +252,7 @@ fn default_tasks() -> Vec<String> {
 /// Why a call was refused, in words the client may see and a rule name the audit can keep.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Denial {
+    /// The tool the call named.
     pub tool: String,
     /// Which rule refused, e.g. `deny`, `not_allowed`, `arg_rules.write_note.request_id.min_len`.
     pub rule: String,
@@ -262,22 +275,30 @@ pub struct Assessment {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
+    /// Runs now: a low call.
     Run,
     /// A medium call that runs if the principal's budget of unattended medium calls has room, and
     /// otherwise needs a person ([`Verdict::charged`]). The only action that spends budget, so a
     /// call that will not run (blocked, gated with its switch off) never does.
     ChargeBudget,
+    /// A gated tool whose switch is off: refused, answered with what it would have done.
     RefuseWithDryRun,
+    /// Held until a person approves it: a high call.
     NeedsApproval,
+    /// Refused outright: the tier is `blocked`.
     Deny,
 }
 
 /// The decision and the rule that made it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verdict {
+    /// What the gate does with the call.
     pub action: Action,
+    /// The tool's own tier, before escalation.
     pub declared: Tier,
+    /// The call's tier after escalation; `high` once [`Verdict::charged`] finds the budget spent.
     pub tier: Tier,
+    /// The rule that decided, e.g. `tools.NAME.gated` or `defaults.medium_budget`.
     pub rule: String,
 }
 
@@ -513,6 +534,7 @@ impl Policy {
         self.version
     }
 
+    /// The policy-wide settings, with the built-in values wherever the file is silent.
     #[must_use]
     pub fn defaults(&self) -> &Defaults {
         &self.defaults

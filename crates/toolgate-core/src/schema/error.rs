@@ -10,10 +10,18 @@ pub const SHOWN_VIOLATIONS: usize = 5;
 pub enum SchemaError {
     /// MCP requires `"type": "object"` at the root: arguments are always a JSON object.
     #[error("input schema root must declare \"type\": \"object\" (found {found})")]
-    RootNotObject { found: String },
+    RootNotObject {
+        /// What the root holds instead, e.g. `no "type"` or `"type": "array"`.
+        found: String,
+    },
     /// The schema breaks its dialect's meta-schema, or a `$ref` in it cannot be resolved.
     #[error("input schema is not valid JSON Schema at {location}: {message}")]
-    Invalid { location: String, message: String },
+    Invalid {
+        /// Where in the schema, as a JSON pointer, or `the root`.
+        location: String,
+        /// What is wrong there.
+        message: String,
+    },
 }
 
 /// One way in which a call's arguments break the schema.

@@ -51,12 +51,19 @@ const MAX_REF_DEPTH: usize = 16;
 /// A JSON type as JSON Schema's `type` keyword names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum JsonType {
+    /// `null`.
     Null,
+    /// `true` or `false`.
     Boolean,
+    /// A number without a fractional part (`3`, `3.0`).
     Integer,
+    /// Any number; as a value's own type ([`JsonType::of`]), one with a fractional part.
     Number,
+    /// A string.
     String,
+    /// An array.
     Array,
+    /// An object.
     Object,
 }
 
