@@ -4,14 +4,20 @@
 //! `write_note` writes exactly one note per `request_id` through the journal: the first call commits,
 //! the same call again replays (nothing rewritten), the same `request_id` with other text is refused.
 //! `read_ledger` returns every committed note, so a harness can verify a mutation before it goes on.
+//!
+//! The journal knows nothing of notes. A note is a journal effect keyed by its `request_id`, with
+//! the note as its body, and the ledger is the view of the effects whose bodies are notes. That
+//! body is exactly `write_note`'s arguments and the key is the call's `request_id`, so each record
+//! names its note through `args_digest` and `request_id` alone and gains no effect fields: the
+//! audit records are the ones the ledger wrote before notes were generic effects.
 
 use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, Tool, ToolAnnotations};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use toolgate_core::audit::{Decision, Event, Outcome};
-use toolgate_store::journal::{JournalError, Note, NoteOutcome};
+use toolgate_store::journal::{Effect, EffectOutcome, JournalError};
 
 use toolgate::corridor::answer;
 use toolgate::corridor::{AuditUnavailable, Gate, request_label};
@@ -23,11 +29,20 @@ pub struct Ledger {
     catalog: Arc<Catalog>,
 }
 
-#[derive(Deserialize)]
+/// `write_note`'s arguments, and the body of the effect it commits.
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct WriteNote {
+struct Note {
     request_id: String,
     text: String,
+}
+
+impl Note {
+    /// The journal effect that commits this note: keyed by its `request_id`, the note as its body.
+    fn effect(&self) -> Effect {
+        let body = json!({ "request_id": self.request_id, "text": self.text });
+        Effect::new(self.request_id.clone(), body)
+    }
 }
 
 #[derive(Deserialize)]
@@ -88,24 +103,21 @@ impl Ledger {
         let gate = call.gate;
         gate.admit("write_note", &call.arguments, true)?;
         let event = recorder(&call);
-        let note: WriteNote = match parse(call.arguments) {
+        let note: Note = match parse(call.arguments) {
             Ok(note) => note,
             Err(error) => return refuse_invalid(gate, "write_note", event, &error).await,
         };
-        let note = Note {
-            request_id: note.request_id,
-            text: note.text,
-        };
-        let request_id = note.request_id.clone();
+        let effect = note.effect();
+        let request_id = note.request_id;
         let event = event(Decision::Allow, Outcome::Committed);
-        Ok(match gate.journal().put_note(note, event).await {
-            Ok((NoteOutcome::Committed, _)) => {
+        Ok(match gate.journal().put_effect(effect, event).await {
+            Ok((EffectOutcome::Committed, _)) => {
                 answer::success(json!({"request_id": request_id, "status": "committed"}))
             }
-            Ok((NoteOutcome::Replay, _)) => {
+            Ok((EffectOutcome::Replay, _)) => {
                 answer::success(json!({"request_id": request_id, "status": "replay"}))
             }
-            Ok((NoteOutcome::Conflict, _)) => answer::refusal(
+            Ok((EffectOutcome::Conflict, _)) => answer::refusal(
                 format!(
                     "request_id {request_id:?} was already used with other text; nothing was written"
                 ),
@@ -129,7 +141,14 @@ impl Ledger {
         if let Err(error) = parse::<ReadLedger>(call.arguments) {
             return refuse_invalid(gate, "read_ledger", event, &error).await;
         }
-        let notes = gate.journal().notes();
+        // Effects whose body is not a note are not the ledger's (another toolset's, in a data
+        // directory it shares): they are no part of this view.
+        let notes: Vec<Note> = gate
+            .journal()
+            .effects()
+            .into_iter()
+            .filter_map(|effect| serde_json::from_value(effect.body).ok())
+            .collect();
         let mut event = event(Decision::Allow, Outcome::Observed);
         // Seed 000 labels observations this way.
         event.request_id = "observe".to_owned();

@@ -11,45 +11,75 @@ use std::path::PathBuf;
 /// approval is no approval, and an unreadable kill switch counts as on.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The data directory did not exist and could not be created.
     #[error("cannot create the data directory {}", path.display())]
     CreateDir {
+        /// The data directory.
         path: PathBuf,
+        /// Why it could not be created.
         #[source]
         source: io::Error,
     },
+    /// The database file could not be opened, switched to WAL, or migrated (still busy after the
+    /// busy timeout, unreadable, not a database, …).
     #[error("cannot open the database {}", path.display())]
     Open {
+        /// The database file, `toolgate.db` in the data directory.
         path: PathBuf,
+        /// What SQLite or the driver said.
         #[source]
         source: sqlx::Error,
     },
+    /// The file's schema (`PRAGMA user_version`) is one this build does not know: written by a
+    /// newer toolgate, or negative. Nothing was changed; it is refused rather than misread.
     #[error(
         "the database {} has schema version {found}, newer than this toolgate understands \
          ({supported}); upgrade toolgate",
         path.display()
     )]
     SchemaTooNew {
+        /// The database file.
         path: PathBuf,
+        /// The file's `user_version`.
         found: i64,
+        /// The newest `user_version` this build knows.
         supported: i64,
     },
+    /// A statement or transaction failed, or a row could not be decoded; whether it changed
+    /// anything is said by the method that returned it.
     #[error("{context}")]
     Query {
+        /// What was being done, for the message (e.g. "cannot claim the idempotency key").
         context: &'static str,
+        /// What SQLite or the driver said.
         #[source]
         source: sqlx::Error,
     },
+    /// An approval row holds a value this build cannot read (malformed JSON, an unknown status).
     #[error("approval {id} has a corrupt {column} column: {reason}")]
     Corrupt {
+        /// The approval's id.
         id: String,
+        /// The column that could not be read.
         column: &'static str,
+        /// What was wrong with it.
         reason: String,
     },
+    /// [`ApprovalStore::store_result`](crate::approval::ApprovalStore::store_result) found no
+    /// claimed execution to attach the result to, or one that already holds a different result.
     #[error("approval {id} was not claimed for an execution, or already holds another result")]
-    NoExecution { id: String },
+    NoExecution {
+        /// The approval's id.
+        id: String,
+    },
+    /// The kill switch's stamp file could not be created or replaced. When this follows a change
+    /// of the switch, the change is committed but running servers may not see it until their
+    /// stamp changes again.
     #[error("cannot write the kill switch stamp {}", path.display())]
     Stamp {
+        /// The stamp file, `killswitch.stamp` in the data directory.
         path: PathBuf,
+        /// Why it could not be written.
         #[source]
         source: io::Error,
     },

@@ -42,9 +42,11 @@ pub struct NewApproval {
     pub fingerprint: String,
     /// Principal that made the call; it may never decide this approval.
     pub requester: String,
+    /// Name of the tool called.
     pub tool: String,
     /// Arguments as the policy allows a person to see them.
     pub args_redacted: serde_json::Value,
+    /// The policy tier that put the call in the queue (e.g. `high`), shown to the person deciding.
     pub tier: String,
     /// Why the policy asks for approval.
     pub reason: String,
@@ -52,7 +54,7 @@ pub struct NewApproval {
     pub dry_run: serde_json::Value,
     /// The policy that asked, so a decision can be traced to the rules in force.
     pub policy_sha256: String,
-    /// Deadline for a decision; at or after it the row is expired (denied).
+    /// Deadline for a decision (unix milliseconds); at or after it the row is expired (denied).
     pub expires_at: i64,
 }
 
@@ -60,8 +62,11 @@ pub struct NewApproval {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
+    /// Waiting for a person; the only status a decision can change.
     Pending,
+    /// A person other than the requester approved it: one execution may claim it.
     Approved,
+    /// A person other than the requester denied it.
     Denied,
     /// Not decided before `expires_at`: a denial no one typed.
     Expired,
@@ -96,24 +101,38 @@ impl fmt::Display for Status {
     }
 }
 
-/// One row of the queue.
+/// One row of the queue. Times are unix milliseconds.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Approval {
     /// `apr_` and 12 random hex digits: short enough to type in a terminal.
     pub id: String,
+    /// As in [`NewApproval::fingerprint`]: the one call this row is for.
     pub fingerprint: String,
+    /// As in [`NewApproval::requester`].
     pub requester: String,
+    /// As in [`NewApproval::tool`].
     pub tool: String,
+    /// As in [`NewApproval::args_redacted`].
     pub args_redacted: serde_json::Value,
+    /// As in [`NewApproval::tier`].
     pub tier: String,
+    /// As in [`NewApproval::reason`].
     pub reason: String,
+    /// As in [`NewApproval::dry_run`].
     pub dry_run: serde_json::Value,
+    /// As in [`NewApproval::policy_sha256`].
     pub policy_sha256: String,
+    /// Where the row is in its life.
     pub status: Status,
+    /// When the row was requested, by the requesting process's clock.
     pub created_at: i64,
+    /// As in [`NewApproval::expires_at`].
     pub expires_at: i64,
+    /// Who approved or denied it; `None` while pending and when it expired.
     pub decided_by: Option<String>,
+    /// When it was approved or denied, by the deciding process's clock.
     pub decided_at: Option<i64>,
+    /// The reason the decider gave, if any.
     pub decision_reason: Option<String>,
     /// When the one execution this approval allows claimed it.
     pub used_at: Option<i64>,
@@ -124,7 +143,9 @@ pub struct Approval {
 /// A person's answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
+    /// Let the call run, once.
     Approve,
+    /// Refuse the call.
     Deny,
 }
 
@@ -144,15 +165,18 @@ pub struct ApprovalStore {
 }
 
 impl ApprovalStore {
-    /// Opens (creating if needed) the database in `dir`.
-    ///
-    /// # Errors
-    /// The directory or database cannot be used, or its schema is newer than this build.
     /// The connections, for stores that share this database file.
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool
     }
 
+    /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with one
+    /// connection for this process (the idempotency and state stores can share it through their
+    /// `beside` constructors).
+    ///
+    /// # Errors
+    /// [`StoreError::CreateDir`] or [`StoreError::Open`]: the directory or database cannot be
+    /// used; [`StoreError::SchemaTooNew`]: the file was written by a newer toolgate.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
             pool: crate::db::open_pool(dir).await?,

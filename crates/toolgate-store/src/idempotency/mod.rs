@@ -52,8 +52,11 @@ pub enum Claim {
 /// Names one idempotency key: the key is scoped to the principal and the tool that use it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Key<'a> {
+    /// The principal (`sub`) that made the call: its keys are its own.
     pub principal: &'a str,
+    /// The tool called: one key may be used once per tool.
     pub tool: &'a str,
+    /// The key itself, as the gate read it from the call.
     pub key: &'a str,
 }
 
@@ -99,11 +102,15 @@ impl fmt::Display for State {
 /// One row of the table, as an operator sees it.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct Entry {
+    /// As in [`Key::principal`].
     pub principal: String,
+    /// As in [`Key::tool`].
     pub tool: String,
+    /// As in [`Key::key`].
     pub key: String,
     /// Digest of the arguments of the call that claimed the key.
     pub args_digest: String,
+    /// Where the key is in its life.
     pub state: State,
     /// Boot id of the process run that claimed the key (or last took it over).
     pub owner: String,
@@ -111,7 +118,7 @@ pub struct Entry {
     pub result: Option<serde_json::Value>,
     /// When the key was first claimed (unix milliseconds).
     pub created_at: i64,
-    /// When the row last changed state or owner.
+    /// When the row last changed state or owner (unix milliseconds).
     pub updated_at: i64,
 }
 
@@ -122,10 +129,12 @@ pub struct IdempotencyStore {
 }
 
 impl IdempotencyStore {
-    /// Opens (creating if needed) the database in `dir`.
+    /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with a
+    /// connection of its own; [`IdempotencyStore::beside`] shares the approval queue's instead.
     ///
     /// # Errors
-    /// The directory or database cannot be used, or its schema is newer than this build.
+    /// [`StoreError::CreateDir`] or [`StoreError::Open`]: the directory or database cannot be
+    /// used; [`StoreError::SchemaTooNew`]: the file was written by a newer toolgate.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
             pool: crate::db::open_pool(dir).await?,

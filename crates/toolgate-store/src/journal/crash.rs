@@ -5,9 +5,9 @@
 
 /// Before anything of the batch is written: the effect is not durable.
 pub(crate) const BEFORE_APPEND: &str = "journal.before_append";
-/// Half of the ledger frames written, not synced: a torn write-ahead record.
+/// Half of the batch's effect frames written, not synced: a torn write-ahead record.
 pub(crate) const TORN_WAL: &str = "journal.torn_wal";
-/// Ledger frames synced (the effect is durable), audit lines not yet written: the seed's cut point,
+/// Effect frames synced (the effect is durable), audit lines not yet written: the seed's cut point,
 /// data written and synced but not yet published.
 pub(crate) const AFTER_WAL_SYNC: &str = "journal.after_wal_sync";
 /// Half of the audit lines written: a torn audit record.

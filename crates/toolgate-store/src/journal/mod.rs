@@ -1,18 +1,25 @@
-//! The journal: every audit record and every ledger effect, made durable in order by one writer.
+//! The journal: every audit record and every effect, made durable in order by one writer.
 //!
 //! Files in the data directory:
 //! - `audit.jsonl`: the chained audit log in seed 000's format, the file `toolgate audit verify` reads;
-//! - `ledger.wal`: the ledger's write-ahead log, one line per committed note holding the note *and*
-//!   its complete audit record.
+//! - `ledger.wal`: the write-ahead log of effects, one line (a *frame*) per committed effect holding
+//!   the effect *and* its complete audit record. The name predates generic effects (the ledger
+//!   demo's notes were its only effects) and is kept so that existing data directories open as
+//!   they are; their note frames are read as effects (module `frame`, "Compatibility").
 //!
-//! Commit protocol (storage-engine style, one sync per note instead of the seed's three): a note's
-//! frame is appended to `ledger.wal` and `fdatasync`ed, which makes the effect and its audit record
-//! durable together; the audit line is then appended to `audit.jsonl` without a sync of its own.
-//! Records that carry no effect (denials, reads, replays) are synced in `audit.jsonl` itself. Because
-//! the audit file is written in chain order and every synced record follows the lines before it, what
-//! a crash can take from `audit.jsonl` is only a suffix of note records, and each of those is in the
-//! WAL: [`Journal::open`] re-appends them (their `prev_sha256` links onto the recovered head). The
-//! in-memory note index is derived from the WAL at start.
+//! An effect ([`Effect`]) is an idempotency key and an opaque JSON body: the journal commits at most
+//! one body per key and never interprets it. What the body means, and the view built from the
+//! committed effects ([`Journal::effects`]), belong to the toolset that puts them.
+//!
+//! Commit protocol (storage-engine style, one sync per effect instead of the seed's three): an
+//! effect's frame is appended to `ledger.wal` and `fdatasync`ed, which makes the effect and its
+//! audit record durable together; the audit line is then appended to `audit.jsonl` without a sync of
+//! its own. Records that carry no effect (denials, reads, replays) are synced in `audit.jsonl`
+//! itself. Because the audit file is written in chain order and every synced record follows the
+//! lines before it, what a crash can take from `audit.jsonl` is only a suffix of effect records, and
+//! each of those is in the WAL: [`Journal::open`] re-appends them (their `prev_sha256` links onto
+//! the recovered head). The in-memory index of effects is derived from the WAL at start, and a frame
+//! whose audit record does not vouch for its effect stops start-up (module `frame`).
 //!
 //! Group commit: callers hand requests to the writer thread over a channel; it takes everything
 //! queued, writes each file once, syncs each file at most once, then answers every caller. An answer
@@ -28,11 +35,12 @@
 //! burst read in one go) register first. A lone caller blocks its worker for one sync, which is
 //! the wait it had anyway.
 //!
-//! Idempotency lives in the writer, the single sequencer: "is this request_id new?" and "make it
-//! durable" happen in one step, so two concurrent calls with one key cannot both commit.
+//! Idempotency lives in the writer, the single sequencer: "is this key new?" and "make it durable"
+//! happen in one step, so two concurrent calls with one key cannot both commit.
 
 mod crash;
 mod error;
+mod frame;
 mod open;
 mod writer;
 
@@ -44,44 +52,76 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, mpsc};
 
+use serde_json::Value;
 use tokio::sync::oneshot;
 use toolgate_core::audit::{Event, Outcome};
+use toolgate_core::canonical;
 
 pub use error::JournalError;
+pub use frame::{EFFECT_KEY, EFFECT_SHA256};
 
 /// File name of the audit log inside the data directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
-/// File name of the ledger write-ahead log inside the data directory.
+/// File name of the write-ahead log of effects inside the data directory.
 pub const WAL_FILE: &str = "ledger.wal";
 
-/// One committed note.
+/// One effect committed through the journal: the key naming it and the body describing it.
+///
+/// The journal commits at most one effect per key, and compares bodies only for equality (as JSON
+/// values, which is equality of their canonical forms), never reads them.
+///
+/// The body is a [`serde_json::Value`] rather than pre-encoded text: frames are JSON lines and an
+/// audit record names a body by the SHA-256 of its canonical JSON (the digest `args_digest` is made
+/// with), so the body has to be JSON anyway. A `Value` cannot be malformed, and the journal writes
+/// its canonical form itself, so two equal bodies are equal bytes in the WAL and in the digest; a
+/// string would have to be parsed again to be checked canonical, or two encodings of one body
+/// would be judged a conflict.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
-pub struct Note {
-    pub request_id: String,
-    pub text: String,
+pub struct Effect {
+    /// The idempotency key naming the effect: at most one effect is ever committed per key.
+    pub key: String,
+    /// What the effect is, in the terms of the toolset that puts it; opaque to the journal.
+    pub body: Value,
 }
 
-/// What happened to a `put_note`.
+impl Effect {
+    /// The effect named `key` with body `body`.
+    #[must_use]
+    pub fn new(key: impl Into<String>, body: Value) -> Self {
+        Self {
+            key: key.into(),
+            body,
+        }
+    }
+}
+
+/// What happened to a [`Journal::put_effect`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum NoteOutcome {
-    /// New request_id: the note is now durable.
+pub enum EffectOutcome {
+    /// The key was new: the effect is now durable, and recorded `allow / committed`.
     Committed,
-    /// Same request_id and text as a committed note: nothing written but the audit record.
+    /// The key was committed with an equal body: nothing was written but the audit record,
+    /// `allow / replay`.
     Replay,
-    /// Same request_id, other text: refused.
+    /// The key was committed with another body: nothing was written but the audit record,
+    /// `deny / conflict`.
     Conflict,
 }
 
-/// Proof that a record is durable: its hash, the new head of the chain.
+/// Proof that a record is durable: returned only after it is written (and synced, unless the
+/// journal is [`Durability::Buffered`] and the record carries no effect).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Receipt {
+    /// The record's `sha256` (64 lower-case hex digits): the head of the chain right after it,
+    /// what `toolgate audit verify --expect-head` checks a log against.
     pub sha256: String,
 }
 
-/// Counters of the writer since open: how well group commit is sharing syncs.
+/// Counters of the writer since open: how well group commit is sharing syncs. Read with relaxed
+/// atomics: each counter is exact, but a snapshot taken during a commit may mix before and after.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
-    /// Audit records made durable.
+    /// Audit records committed (effects' records included).
     pub records: u64,
     /// `fdatasync` calls on either file.
     pub syncs: u64,
@@ -101,32 +141,37 @@ pub(crate) struct Counters {
     pub(crate) failed: std::sync::atomic::AtomicBool,
 }
 
-/// What [`Journal::open`] repaired, for the log line that says so.
+/// What [`Journal::open`] repaired, for the log line that says so. `Recovery::default()` means
+/// nothing needed repair.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Recovery {
-    /// Where a torn tail of `audit.jsonl` was moved, and how many bytes it had.
+    /// A torn last line of `audit.jsonl`: the file (beside the log, `audit.jsonl.torn-<ts>`) its
+    /// bytes were moved to, and how many bytes it had. A `recover / torn_tail_moved_aside` record
+    /// was appended in its place.
     pub torn_audit: Option<(PathBuf, u64)>,
-    /// Bytes of a torn last frame cut from `ledger.wal` (never acknowledged).
+    /// Bytes of a torn last frame cut from `ledger.wal`; 0 if none. Such a frame was never
+    /// synced, so its effect was never acknowledged.
     pub torn_wal_bytes: u64,
-    /// Audit records restored from the WAL.
+    /// Audit records of committed effects that were missing from `audit.jsonl` and were restored,
+    /// byte for byte, from their WAL frames.
     pub replayed: u64,
 }
 
-/// Notes in commit order, with an index by request_id.
+/// Effects in commit order, with an index by key.
 #[derive(Debug, Default)]
-pub(crate) struct Ledger {
-    order: Vec<Note>,
-    by_id: HashMap<String, usize>,
+pub(crate) struct Index {
+    order: Vec<Effect>,
+    by_key: HashMap<String, usize>,
 }
 
-impl Ledger {
-    pub(crate) fn get(&self, request_id: &str) -> Option<&Note> {
-        self.by_id.get(request_id).map(|&i| &self.order[i])
+impl Index {
+    pub(crate) fn get(&self, key: &str) -> Option<&Effect> {
+        self.by_key.get(key).map(|&i| &self.order[i])
     }
 
-    pub(crate) fn insert(&mut self, note: Note) {
-        self.by_id.insert(note.request_id.clone(), self.order.len());
-        self.order.push(note);
+    pub(crate) fn insert(&mut self, effect: Effect) {
+        self.by_key.insert(effect.key.clone(), self.order.len());
+        self.order.push(effect);
     }
 }
 
@@ -135,10 +180,13 @@ pub(crate) enum Request {
         event: Event,
         reply: oneshot::Sender<Result<Receipt, JournalError>>,
     },
-    PutNote {
-        note: Note,
+    PutEffect {
+        effect: Effect,
+        /// The body's canonical JSON, made by the caller: it goes into the frame as it is.
+        body: Vec<u8>,
+        /// Vouches for the effect already (module `frame`).
         event: Event,
-        reply: oneshot::Sender<Result<(NoteOutcome, Receipt), JournalError>>,
+        reply: oneshot::Sender<Result<(EffectOutcome, Receipt), JournalError>>,
     },
 }
 
@@ -149,12 +197,13 @@ pub enum Durability {
     #[default]
     Synced,
     /// Written in chain order before the answer, synced by the OS later: a power cut may lose
-    /// the last records (never reorder or corrupt them). Ledger notes are synced either way,
-    /// since their WAL frame *is* the effect.
+    /// the last records (never reorder or corrupt them). Effects are synced either way, since
+    /// their WAL frame *is* the effect.
     Buffered,
 }
 
-/// Handle to the journal; cheap to clone, shared by every call.
+/// Handle to the journal of one data directory; cheap to clone, shared by every call. The writer
+/// thread and the lock on the audit log live until the last clone is dropped.
 #[derive(Clone, Debug)]
 pub struct Journal {
     inner: Arc<Inner>,
@@ -165,23 +214,32 @@ struct Inner {
     tx: mpsc::Sender<Request>,
     /// Shared with the writer thread; held for one commit at a time.
     writer: Arc<Mutex<writer::Writer>>,
-    /// Callers inside [`Journal::record`] or [`Journal::put_note`] now.
+    /// Callers inside [`Journal::record`] or [`Journal::put_effect`] now.
     callers: Arc<AtomicUsize>,
     /// Calls being served that may write here ([`Journal::occupy`]).
     occupants: Arc<AtomicUsize>,
-    ledger: Arc<RwLock<Ledger>>,
+    effects: Arc<RwLock<Index>>,
     dir: PathBuf,
     head: Arc<RwLock<String>>,
     counters: Arc<Counters>,
 }
 
 impl Journal {
-    /// Opens (creating if needed) the journal in `dir`, repairs a crash's leftovers, and starts the
-    /// writer. Holds an exclusive lock on the audit log until the last handle is dropped.
+    /// Opens (creating if needed) the journal in `dir`, repairs what a crash can leave (a torn audit
+    /// tail is moved aside, audit records of committed effects are restored from the WAL, a torn
+    /// last WAL frame is cut; see [`Recovery`]), rebuilds the index of effects from the WAL, and
+    /// starts the writer thread. Records are synced before they are acknowledged
+    /// ([`Durability::Synced`]).
+    ///
+    /// The audit log stays exclusively locked until the last handle is dropped, so that a second
+    /// process cannot open the same directory and fork the chain.
     ///
     /// # Errors
-    /// The directory cannot be used, another process holds the lock, or a file is corrupt in a way
-    /// a crash cannot explain (then nothing is changed and the caller must not serve).
+    /// - [`JournalError::Io`]: the directory or a file cannot be created, opened, read, repaired
+    ///   or synced, or the writer thread cannot be started;
+    /// - [`JournalError::Locked`]: another process has this journal open;
+    /// - [`JournalError::Corrupt`]: a file holds something a crash cannot explain; nothing was
+    ///   changed, and the caller must not serve.
     pub fn open(dir: &Path) -> Result<(Self, Recovery), JournalError> {
         Self::open_with(dir, Durability::Synced)
     }
@@ -192,14 +250,14 @@ impl Journal {
     /// As for [`Journal::open`].
     pub fn open_with(dir: &Path, durability: Durability) -> Result<(Self, Recovery), JournalError> {
         let opened = open::open(dir)?;
-        let ledger = Arc::new(RwLock::new(opened.ledger));
+        let effects = Arc::new(RwLock::new(opened.effects));
         let head = Arc::new(RwLock::new(opened.chain.head().to_owned()));
         let counters = Arc::new(Counters::default());
         let (tx, rx) = mpsc::channel();
         let writer = Arc::new(Mutex::new(writer::Writer::new(
             opened.files,
             opened.chain,
-            Arc::clone(&ledger),
+            Arc::clone(&effects),
             Arc::clone(&head),
             Arc::clone(&counters),
             durability,
@@ -210,7 +268,7 @@ impl Journal {
             writer,
             callers: Arc::default(),
             occupants: Arc::default(),
-            ledger,
+            effects,
             dir: dir.to_path_buf(),
             head,
             counters,
@@ -223,43 +281,80 @@ impl Journal {
         ))
     }
 
-    /// Appends `event` to the audit chain; returns once it is durable.
+    /// Appends `event` to the audit chain, stamped with its commit's time; returns once it is
+    /// written and, with [`Durability::Synced`], synced. Records are chained in the order the
+    /// writer takes them; concurrent callers share one sync (group commit).
     ///
     /// # Errors
-    /// The record could not be made durable.
+    /// [`JournalError::WriteFailed`]: the record may or may not be on disk;
+    /// [`JournalError::Poisoned`]: an earlier failure stopped the journal, nothing was written;
+    /// [`JournalError::Closed`]: the writer is gone. The call the record is about must not be
+    /// answered as if it were recorded.
     pub async fn record(&self, event: Event) -> Result<Receipt, JournalError> {
         let (reply, answer) = oneshot::channel();
         let _inside = self.commit(Request::Record { event, reply }).await?;
         answer.await.map_err(|_| JournalError::Closed)?
     }
 
-    /// Commits `note` once per request_id and records `event` with the outcome filled in
-    /// (`allow/committed`, `allow/replay` or `deny/conflict`); returns once both are durable.
+    /// Commits `effect` at most once per key, and records `event` with the outcome filled in;
+    /// returns once both are durable.
+    ///
+    /// The single writer decides, so of any number of concurrent calls with one key exactly one
+    /// commits:
+    /// - a new key: the effect's frame (the effect and its record) is appended to the WAL and
+    ///   `fdatasync`ed, then the record to the audit log: [`EffectOutcome::Committed`],
+    ///   recorded `allow / committed`;
+    /// - a key committed with an equal body: [`EffectOutcome::Replay`], recorded
+    ///   `allow / replay`; nothing else is written;
+    /// - a key committed with another body: [`EffectOutcome::Conflict`], recorded
+    ///   `deny / conflict`; nothing else is written.
+    ///
+    /// `event`'s decision and outcome are replaced accordingly. Before it is sealed, `event` is made
+    /// to name the effect, so that recovery can tell a frame from a tampered one: if `args_digest`
+    /// is not the SHA-256 of the body's canonical JSON, [`EFFECT_SHA256`] is set to that digest;
+    /// if `request_id` is not the key, [`EFFECT_KEY`] is set to the key; otherwise each is
+    /// removed. An effect whose body is its call's arguments, keyed by the call's `request_id`,
+    /// leaves the record as the call made it.
     ///
     /// # Errors
-    /// The note or its record could not be made durable; the caller must not report success.
-    pub async fn put_note(
+    /// The effect or its record could not be made durable ([`JournalError::WriteFailed`]: the
+    /// outcome is unknown), the journal stopped after an earlier failure
+    /// ([`JournalError::Poisoned`]) or its writer is gone ([`JournalError::Closed`]). The caller
+    /// must not report success.
+    pub async fn put_effect(
         &self,
-        note: Note,
-        event: Event,
-    ) -> Result<(NoteOutcome, Receipt), JournalError> {
+        effect: Effect,
+        mut event: Event,
+    ) -> Result<(EffectOutcome, Receipt), JournalError> {
+        // Encoded and digested here, on the caller's thread, not under the writer's lock.
+        let body = canonical::to_vec(&effect.body);
+        frame::vouch(&mut event, &effect.key, &canonical::sha256_hex(&body));
         let (reply, answer) = oneshot::channel();
-        let _inside = self.commit(Request::PutNote { note, event, reply }).await?;
+        let request = Request::PutEffect {
+            effect,
+            body,
+            event,
+            reply,
+        };
+        let _inside = self.commit(request).await?;
         answer.await.map_err(|_| JournalError::Closed)?
     }
 
-    /// Every committed note, in commit order: the state after every acknowledged mutation.
+    /// Every committed effect, in commit order: the state after every acknowledged
+    /// [`Journal::put_effect`], including those recovered from the WAL at open. A snapshot:
+    /// effects committed after it is taken are not in it.
     #[must_use]
-    pub fn notes(&self) -> Vec<Note> {
+    pub fn effects(&self) -> Vec<Effect> {
         self.inner
-            .ledger
+            .effects
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .order
             .clone()
     }
 
-    /// Hash of the last durable record.
+    /// Hash (`sha256`, 64 lower-case hex digits) of the last acknowledged record: the chain's
+    /// head, [`GENESIS`](toolgate_core::audit::GENESIS) for an empty log.
     #[must_use]
     pub fn head(&self) -> String {
         self.inner
@@ -269,7 +364,7 @@ impl Journal {
             .clone()
     }
 
-    /// Writer counters since open.
+    /// Writer counters since open (see [`Stats`]).
     #[must_use]
     pub fn stats(&self) -> Stats {
         let c = &self.inner.counters;
@@ -303,7 +398,7 @@ impl Journal {
         self.inner.counters.failed.load(Ordering::Acquire)
     }
 
-    /// Path of the audit log.
+    /// Path of the audit log, `audit.jsonl` in the data directory.
     #[must_use]
     pub fn audit_path(&self) -> PathBuf {
         self.inner.dir.join(AUDIT_FILE)
@@ -335,7 +430,7 @@ impl Journal {
 }
 
 /// One holder of a journal count until dropped: a call being served ([`Journal::occupy`]), or
-/// a caller inside [`Journal::record`] or [`Journal::put_note`].
+/// a caller inside [`Journal::record`] or [`Journal::put_effect`].
 #[derive(Debug)]
 pub struct Occupant(Arc<AtomicUsize>);
 
@@ -352,13 +447,13 @@ impl Drop for Occupant {
     }
 }
 
-/// The outcome a note request ends with, as the audit sees it.
-pub(crate) fn note_audit(outcome: NoteOutcome) -> (toolgate_core::audit::Decision, Outcome) {
+/// The outcome an effect request ends with, as the audit sees it.
+pub(crate) fn effect_audit(outcome: EffectOutcome) -> (toolgate_core::audit::Decision, Outcome) {
     use toolgate_core::audit::Decision;
     match outcome {
-        NoteOutcome::Committed => (Decision::Allow, Outcome::Committed),
-        NoteOutcome::Replay => (Decision::Allow, Outcome::Replay),
-        NoteOutcome::Conflict => (Decision::Deny, Outcome::Conflict),
+        EffectOutcome::Committed => (Decision::Allow, Outcome::Committed),
+        EffectOutcome::Replay => (Decision::Allow, Outcome::Replay),
+        EffectOutcome::Conflict => (Decision::Deny, Outcome::Conflict),
     }
 }
 

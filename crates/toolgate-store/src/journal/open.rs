@@ -3,29 +3,32 @@
 //! What a crash can leave, and what is done about it:
 //! - a torn last line in `audit.jsonl` (no newline, or not JSON): moved to `audit.jsonl.torn-<ts>`,
 //!   and a `recover / torn_tail_moved_aside` record is appended so the chain verifies again;
-//! - audit lines of committed notes that never reached `audit.jsonl`: re-appended from the WAL;
-//! - a torn last frame in `ledger.wal`: cut off (its sync never finished, so it was never
-//!   acknowledged and its audit line was never written).
+//! - audit lines of committed effects that never reached `audit.jsonl`: re-appended from the WAL;
+//! - a torn last frame in `ledger.wal` (not JSON, or no final newline): cut off (its sync never
+//!   finished, so it was never acknowledged and its audit line was never written).
 //!
-//! Anything else (a complete last record whose hash is wrong, a bad frame in the middle of the WAL)
-//! is not a crash's doing: start-up fails and nothing is changed.
+//! Anything else is not a crash's doing: start-up fails and nothing is changed. That covers a
+//! complete last record whose hash is wrong, a bad frame in the middle of the WAL, a frame whose
+//! audit record does not vouch for its effect (module `frame`), and a complete JSON line, last or
+//! not, that is no frame this version can read (a torn write is never complete JSON, so such a line
+//! is kept for a newer version or a person, never cut).
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::Path;
 
-use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_core::audit::{self, Chain, Decision, Event, GENESIS, Outcome};
 use toolgate_core::canonical;
 
+use super::frame::{self, Bad};
 use super::writer::Files;
-use super::{AUDIT_FILE, JournalError, Ledger, Note, Recovery, WAL_FILE, now_ns};
+use super::{AUDIT_FILE, Index, JournalError, Recovery, WAL_FILE, now_ns};
 
 pub(crate) struct Opened {
     pub(crate) files: Files,
     pub(crate) chain: Chain,
-    pub(crate) ledger: Ledger,
+    pub(crate) effects: Index,
     pub(crate) recovery: Recovery,
 }
 
@@ -39,6 +42,13 @@ pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
 
     let mut recovery = Recovery::default();
     let (head, torn) = audit_tail(&mut audit, &audit_path)?;
+    // The WAL is read in full before anything is repaired: if it is corrupt, start-up stops
+    // with both files as they were.
+    let WalScan {
+        effects,
+        replay,
+        good_len: wal_good_len,
+    } = scan_wal(&wal_path, &head)?;
     let mut chain = Chain::new(head);
     if let Some((offset, bytes)) = &torn {
         let aside = dir.join(format!("{AUDIT_FILE}.torn-{}", now_ns()));
@@ -53,11 +63,6 @@ pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
         recovery.torn_audit = Some((aside, bytes.len() as u64));
     }
 
-    let WalScan {
-        ledger,
-        replay,
-        good_len: wal_good_len,
-    } = scan_wal(&wal_path, chain.head())?;
     let wal_len = wal
         .metadata()
         .map_err(JournalError::io("cannot stat", &wal_path))?
@@ -113,7 +118,7 @@ pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
             wal_path,
         },
         chain,
-        ledger,
+        effects,
         recovery,
     })
 }
@@ -148,11 +153,11 @@ fn sync_dir(dir: &Path) -> Result<(), JournalError> {
         .map_err(JournalError::io("cannot sync directory", dir))
 }
 
-/// The head from the last complete line, plus a torn tail (its offset and bytes) if there is one.
-/// Reads backwards from the end: O(1) in the size of the log.
 /// A torn last line of the audit log: where it starts and what it holds.
 type Torn = (u64, Vec<u8>);
 
+/// The head from the last complete line, plus a torn tail (its offset and bytes) if there is one.
+/// Reads backwards from the end: O(1) in the size of the log.
 fn audit_tail(file: &mut File, path: &Path) -> Result<(String, Option<Torn>), JournalError> {
     let len = file
         .metadata()
@@ -230,26 +235,19 @@ fn read_back(file: &mut File, len: u64, want: usize) -> std::io::Result<(u64, Ve
     }
 }
 
-/// What the WAL holds: the note index, the audit lines after the head as `(prev_sha256, line)`,
-/// and the length of its valid prefix.
+/// What the WAL holds: the index of effects, the audit lines after the head as
+/// `(prev_sha256, line)`, and the length of its valid prefix.
 struct WalScan {
-    ledger: Ledger,
+    effects: Index,
     replay: Vec<(String, Vec<u8>)>,
     good_len: u64,
-}
-
-#[derive(Deserialize)]
-struct Frame {
-    audit: Value,
-    request_id: String,
-    text: String,
 }
 
 /// Reads the whole WAL; a torn last frame is left out of the valid prefix.
 fn scan_wal(path: &Path, head: &str) -> Result<WalScan, JournalError> {
     let file = File::open(path).map_err(JournalError::io("cannot open", path))?;
     let mut reader = BufReader::with_capacity(1 << 16, file);
-    let mut ledger = Ledger::default();
+    let mut effects = Index::default();
     let mut replay = Vec::new();
     let mut good = 0_u64;
     let mut number = 0_u64;
@@ -272,45 +270,33 @@ fn scan_wal(path: &Path, head: &str) -> Result<WalScan, JournalError> {
         let Some(body) = line.strip_suffix(b"\n") else {
             break; // torn last frame
         };
-        let Ok(frame) = serde_json::from_slice::<Frame>(body) else {
-            if reader
-                .fill_buf()
-                .map_err(JournalError::io("cannot read", path))?
-                .is_empty()
-            {
-                break; // torn last frame that happens to end in a newline byte
+        let frame = match frame::decode(body) {
+            Ok(frame) => frame,
+            Err(Bad::NotJson) => {
+                if reader
+                    .fill_buf()
+                    .map_err(JournalError::io("cannot read", path))?
+                    .is_empty()
+                {
+                    break; // torn last frame that happens to end in a newline byte
+                }
+                return Err(corrupt("not a WAL frame"));
             }
-            return Err(corrupt("not a ledger frame"));
+            Err(Bad::Invalid(reason)) => return Err(corrupt(reason)),
         };
-        let record = canonical::to_vec(&frame.audit);
-        let sha = audit::line_head(&record)
-            .ok_or_else(|| corrupt("its audit record does not match its sha256"))?;
-        let args = json!({ "request_id": frame.request_id, "text": frame.text });
-        if frame.audit["args_digest"].as_str() != Some(canonical::digest(&args).as_str()) {
-            return Err(corrupt(
-                "the note does not match its audit record's args_digest",
-            ));
-        }
-        let prev = frame.audit["prev_sha256"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
         // From the frame that follows the head on: the audit lines a crash may have taken.
-        after_head |= prev == head;
+        after_head |= frame.prev == head;
         if after_head {
-            replay.push((prev, record));
+            replay.push((frame.prev, frame.record));
         }
-        if sha == head {
+        if frame.sha256 == head {
             after_head = true;
         }
-        ledger.insert(Note {
-            request_id: frame.request_id,
-            text: frame.text,
-        });
+        effects.insert(frame.effect);
         good += n as u64;
     }
     Ok(WalScan {
-        ledger,
+        effects,
         replay,
         good_len: good,
     })

@@ -11,11 +11,11 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, RwLock, mpsc};
 
-use toolgate_core::audit::{Chain, Sealed};
-use toolgate_core::canonical;
+use toolgate_core::audit::Chain;
 
 use super::{
-    Counters, JournalError, Ledger, Note, NoteOutcome, Receipt, Request, crash, note_audit, now_ns,
+    Counters, Effect, EffectOutcome, Index, JournalError, Receipt, Request, crash, effect_audit,
+    frame, now_ns,
 };
 
 /// Most requests taken into one batch; bounds the latency of the first caller in a flood.
@@ -31,7 +31,7 @@ pub(crate) struct Files {
 pub(crate) struct Writer {
     files: Files,
     chain: Chain,
-    ledger: Arc<RwLock<Ledger>>,
+    effects: Arc<RwLock<Index>>,
     head: Arc<RwLock<String>>,
     counters: Arc<Counters>,
     /// Whether records without an effect are synced before they are acknowledged.
@@ -44,9 +44,9 @@ enum Reply {
         tokio::sync::oneshot::Sender<Result<Receipt, JournalError>>,
         Receipt,
     ),
-    Note(
-        tokio::sync::oneshot::Sender<Result<(NoteOutcome, Receipt), JournalError>>,
-        NoteOutcome,
+    Effect(
+        tokio::sync::oneshot::Sender<Result<(EffectOutcome, Receipt), JournalError>>,
+        EffectOutcome,
         Receipt,
     ),
 }
@@ -56,14 +56,14 @@ impl Reply {
         // A caller that went away (cancelled) still had its record made durable; nothing to undo.
         match self {
             Self::Record(tx, receipt) => drop(tx.send(Ok(receipt))),
-            Self::Note(tx, outcome, receipt) => drop(tx.send(Ok((outcome, receipt)))),
+            Self::Effect(tx, outcome, receipt) => drop(tx.send(Ok((outcome, receipt)))),
         }
     }
 
     fn fail(self, error: impl Fn() -> JournalError) {
         match self {
             Self::Record(tx, _) => drop(tx.send(Err(error()))),
-            Self::Note(tx, _, _) => drop(tx.send(Err(error()))),
+            Self::Effect(tx, _, _) => drop(tx.send(Err(error()))),
         }
     }
 }
@@ -124,7 +124,7 @@ impl Writer {
     pub(crate) fn new(
         files: Files,
         chain: Chain,
-        ledger: Arc<RwLock<Ledger>>,
+        effects: Arc<RwLock<Index>>,
         head: Arc<RwLock<String>>,
         counters: Arc<Counters>,
         durability: super::Durability,
@@ -132,7 +132,7 @@ impl Writer {
         Self {
             files,
             chain,
-            ledger,
+            effects,
             head,
             counters,
             sync_audit: durability == super::Durability::Synced,
@@ -146,7 +146,9 @@ impl Writer {
             for request in batch.drain(..) {
                 match request {
                     Request::Record { reply, .. } => drop(reply.send(Err(JournalError::Poisoned))),
-                    Request::PutNote { reply, .. } => drop(reply.send(Err(JournalError::Poisoned))),
+                    Request::PutEffect { reply, .. } => {
+                        drop(reply.send(Err(JournalError::Poisoned)));
+                    }
                 }
             }
             return;
@@ -155,7 +157,7 @@ impl Writer {
         let mut wal = Vec::new();
         let mut audit = Vec::new();
         let mut audit_needs_sync = false;
-        let mut new_notes: Vec<Note> = Vec::new();
+        let mut new_effects: Vec<Effect> = Vec::new();
         let mut pending: HashMap<String, usize> = HashMap::new();
         let mut replies = Vec::with_capacity(batch.len());
         let ts = now_ns();
@@ -173,36 +175,37 @@ impl Writer {
                         },
                     ));
                 }
-                Request::PutNote {
-                    note,
+                Request::PutEffect {
+                    effect,
+                    body,
                     mut event,
                     reply,
                 } => {
                     let outcome = {
-                        let ledger = self
-                            .ledger
+                        let effects = self
+                            .effects
                             .read()
                             .unwrap_or_else(std::sync::PoisonError::into_inner);
-                        let existing = ledger
-                            .get(&note.request_id)
-                            .or_else(|| pending.get(&note.request_id).map(|&i| &new_notes[i]));
+                        let existing = effects
+                            .get(&effect.key)
+                            .or_else(|| pending.get(&effect.key).map(|&i| &new_effects[i]));
                         match existing {
-                            None => NoteOutcome::Committed,
-                            Some(stored) if stored.text == note.text => NoteOutcome::Replay,
-                            Some(_) => NoteOutcome::Conflict,
+                            None => EffectOutcome::Committed,
+                            Some(stored) if stored.body == effect.body => EffectOutcome::Replay,
+                            Some(_) => EffectOutcome::Conflict,
                         }
                     };
-                    (event.decision, event.outcome) = note_audit(outcome);
+                    (event.decision, event.outcome) = effect_audit(outcome);
                     let sealed = self.chain.seal(&event, ts);
-                    if outcome == NoteOutcome::Committed {
-                        wal.extend_from_slice(&frame(&note, &sealed));
-                        pending.insert(note.request_id.clone(), new_notes.len());
-                        new_notes.push(note);
+                    if outcome == EffectOutcome::Committed {
+                        wal.extend_from_slice(&frame::encode(&effect.key, &body, &sealed));
+                        pending.insert(effect.key.clone(), new_effects.len());
+                        new_effects.push(effect);
                     } else {
                         audit_needs_sync = true;
                     }
                     audit.extend_from_slice(&sealed.line);
-                    replies.push(Reply::Note(
+                    replies.push(Reply::Effect(
                         reply,
                         outcome,
                         Receipt {
@@ -222,12 +225,12 @@ impl Writer {
             return;
         }
         {
-            let mut ledger = self
-                .ledger
+            let mut effects = self
+                .effects
                 .write()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for note in new_notes {
-                ledger.insert(note);
+            for effect in new_effects {
+                effects.insert(effect);
             }
         }
         *self
@@ -289,19 +292,4 @@ impl Writer {
         }
         Ok(())
     }
-}
-
-/// One WAL line: the note and its full audit record, so one sync makes both durable. Written
-/// directly in canonical form: the record is canonical already and the keys are in sorted order.
-pub(crate) fn frame(note: &Note, sealed: &Sealed) -> Vec<u8> {
-    let record = sealed.line.strip_suffix(b"\n").unwrap_or(&sealed.line);
-    let mut line = Vec::with_capacity(record.len() + note.request_id.len() + note.text.len() + 48);
-    line.extend_from_slice(b"{\"audit\":");
-    line.extend_from_slice(record);
-    line.extend_from_slice(b",\"request_id\":");
-    canonical::write_str(&note.request_id, &mut line);
-    line.extend_from_slice(b",\"text\":");
-    canonical::write_str(&note.text, &mut line);
-    line.extend_from_slice(b"}\n");
-    line
 }

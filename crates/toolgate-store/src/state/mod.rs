@@ -31,6 +31,7 @@ const PRUNE_HORIZON_MS: i64 = 24 * 60 * 60 * 1000;
 /// The kill switch: while on, the gate runs no gated call.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct KillSwitch {
+    /// Whether the switch is on: no gated call runs.
     pub on: bool,
     /// Who last turned it on or off; `None` if no one ever has.
     pub changed_by: Option<String>,
@@ -56,18 +57,23 @@ type Stamp = (SystemTime, u64, u64);
 pub const KILLSWITCH_STAMP: &str = "killswitch.stamp";
 
 impl StateStore {
-    /// Opens (creating if needed) the database in `dir`.
+    /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with a
+    /// connection of its own ([`StateStore::beside`] shares the approval queue's instead), and
+    /// creates `dir/killswitch.stamp` if it is missing.
     ///
     /// # Errors
-    /// The directory or database cannot be used, or its schema is newer than this build.
+    /// [`StoreError::CreateDir`] or [`StoreError::Open`]: the directory or database cannot be
+    /// used; [`StoreError::SchemaTooNew`]: the file was written by a newer toolgate;
+    /// [`StoreError::Stamp`]: the stamp cannot be created.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
         Self::with_pool(dir, crate::db::open_pool(dir).await?)
     }
 
-    /// The state store over the approval queue's connections (one pool per process is enough).
+    /// The state store over the approval queue's connections (one pool per process is enough);
+    /// `dir` is the data directory the queue was opened in, where the stamp lives.
     ///
     /// # Errors
-    /// The kill switch stamp cannot be created.
+    /// [`StoreError::Stamp`]: the kill switch stamp cannot be created.
     pub fn beside(
         approvals: &crate::approval::ApprovalStore,
         dir: &Path,
