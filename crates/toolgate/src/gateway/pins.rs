@@ -33,14 +33,18 @@ pub struct Lock {
 /// How a tool compares with its pin.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pin {
+    /// The definition is the one pinned: the tool is offered.
     Matches,
     /// The definition changed since it was pinned.
     Changed {
+        /// The hash in the lock file ([`definition_sha256`], lower-case hex).
         pinned: String,
+        /// The hash of the definition the upstream offers now.
         now: String,
     },
     /// The lock does not name this tool.
     New {
+        /// The hash of the definition the upstream offers now.
         now: String,
     },
 }

@@ -23,6 +23,7 @@ pub struct UpstreamSpec {
     /// Names the upstream in audit records, logs, the lock file and (with several upstreams) in
     /// tool names: `NAME__tool`.
     pub name: String,
+    /// Where the upstream is and how it is reached.
     pub target: Target,
 }
 
@@ -31,14 +32,19 @@ pub struct UpstreamSpec {
 pub enum Target {
     /// A child process speaking MCP on its stdio.
     Command {
+        /// The program to start, looked up on `PATH` unless it is a path.
         program: String,
+        /// Its arguments, passed as they are (no shell runs in between).
         args: Vec<String>,
         /// Set on top of the gateway's own environment.
         env: BTreeMap<String, String>,
+        /// The directory it starts in; the gateway's own when `None`.
         cwd: Option<PathBuf>,
     },
     /// A Streamable HTTP endpoint.
     Http {
+        /// The MCP endpoint; [`from_file`] and [`from_flag`] accept only `https`, or `http` to a
+        /// loopback host.
         url: String,
         /// Environment variable holding the upstream's own bearer token, if it needs one.
         bearer_env: Option<String>,

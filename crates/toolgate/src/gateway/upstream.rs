@@ -106,6 +106,7 @@ impl Upstream {
         })
     }
 
+    /// Its name, as [`UpstreamSpec::name`] gives it.
     #[must_use]
     pub fn name(&self) -> &str {
         &self.spec.name

@@ -63,6 +63,7 @@ pub struct AuthConfig {
     pub resource: String,
     /// Signature algorithms accepted (asymmetric only).
     pub algorithms: Vec<Algorithm>,
+    /// Where the keys that verify signatures come from.
     pub keys: KeySource,
     /// Authorization servers named in the protected resource metadata (default: the issuer).
     pub authorization_servers: Vec<String>,
@@ -71,14 +72,20 @@ pub struct AuthConfig {
 /// Why a configuration is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// An algorithm name that is unknown, or an HMAC algorithm (`HS256`, `HS384`, `HS512`),
+    /// which would verify with a shared secret; holds the name.
     #[error(
         "algorithm {0} is not accepted: only RS*, PS*, ES256, ES384 and EdDSA verify with a public key"
     )]
     Algorithm(String),
+    /// [`AuthConfig::algorithms`] is empty.
     #[error("no signature algorithm configured")]
     NoAlgorithm,
+    /// The JWKS could not be read, fetched (an error, a non-2xx status, more than 256 KiB) or
+    /// parsed, or it holds no public key; holds the reason.
     #[error("cannot read the JWKS: {0}")]
     Jwks(String),
+    /// The JWKS URL is neither `https` nor `http` to a loopback host; holds the URL.
     #[error("the JWKS URL must be https (or http on a loopback address): {0}")]
     InsecureJwksUrl(String),
 }
@@ -86,21 +93,38 @@ pub enum ConfigError {
 /// Why a token was refused: for the server's log only. Clients all get the same answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Rejection {
+    /// Longer than [`MAX_TOKEN_BYTES`]; refused unread.
     TooLong,
+    /// Not a compact JWS whose header and claims are each one JSON object with a single
+    /// reading, or unreadable in some other way.
     Malformed,
+    /// Its `alg` is not one of [`AuthConfig::algorithms`].
     Algorithm,
+    /// No configured key fits its `alg` and, when it names one, its `kid` (a JWKS URL is
+    /// fetched again first, at most every 30 s).
     UnknownKey,
+    /// No candidate key verifies its signature.
     Signature,
+    /// `exp` is past, beyond [`LEEWAY_SECS`].
     Expired,
+    /// `nbf` is still ahead, beyond [`LEEWAY_SECS`].
     NotYetValid,
+    /// `iat` is ahead, beyond [`LEEWAY_SECS`].
     IssuedInFuture,
+    /// `iss` is not [`AuthConfig::issuer`].
     Issuer,
+    /// `aud` does not name [`AuthConfig::resource`].
     Audience,
+    /// A required claim (`exp`, `iss`, `aud`, `sub`) is missing, `sub` is empty, or a claim
+    /// has the wrong JSON type.
     Claims,
+    /// Its `typ` header names some other kind of JWT (only `at+jwt`, `application/at+jwt` and
+    /// `JWT` are access tokens; none at all is accepted too).
     Type,
 }
 
 impl Rejection {
+    /// A short phrase for the server's log, e.g. `wrong audience`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -223,6 +247,7 @@ impl Verifier {
         })
     }
 
+    /// The configuration it verifies against.
     #[must_use]
     pub fn config(&self) -> &AuthConfig {
         &self.config

@@ -78,16 +78,19 @@ impl Catalog {
         &self.tools
     }
 
+    /// The offered tool `name`; `None` when it is unknown or withheld.
     #[must_use]
     pub fn get(&self, name: &str) -> Option<&Tool> {
         self.index.get(name).map(|&i| &self.tools[i])
     }
 
+    /// Whether `name` is offered (a withheld tool is not).
     #[must_use]
     pub fn has(&self, name: &str) -> bool {
         self.index.contains_key(name)
     }
 
+    /// The compiled input schema of the offered tool `name`.
     #[must_use]
     pub fn schema(&self, name: &str) -> Option<&ToolSchema> {
         self.schemas.get(name)

@@ -46,9 +46,13 @@ pub type CallFuture<'a> =
 #[derive(Debug)]
 pub enum CallError {
     /// Refused before anything was touched (a handler repeating the policy's check): answered
-    /// -32602 like the gate's own refusal, audited `deny / not_executed`. `visible`: the caller
-    /// may see the tool, so the answer may name the rule.
-    Refused { denial: Denial, visible: bool },
+    /// -32602 like the gate's own refusal, audited `deny / not_executed`.
+    Refused {
+        /// The tool and the rule that refused it.
+        denial: Denial,
+        /// The caller may see the tool, so the answer may name the rule.
+        visible: bool,
+    },
     /// The tool failed and says so; the reason reaches the model after redaction.
     Failed(String),
     /// Nothing was attempted: the tool's backend (an upstream server) is not there.
@@ -101,13 +105,16 @@ impl CallError {
 /// One admitted call, as a handler receives it.
 #[derive(Debug)]
 pub struct Call<'a> {
+    /// The caller's gate (policy, stores, principal), for a handler's own checks and records.
     pub gate: &'a Gate,
+    /// The tool's name, as the catalog lists it and the client called it.
     pub name: &'a str,
     /// Already checked against the tool's schema and the policy's argument rules.
     pub arguments: Map<String, Value>,
     /// SHA-256 of the canonical arguments (the audit records' `args_digest`), computed once by
     /// the corridor for every record of the call.
     pub args_digest: &'a str,
+    /// Who calls: the gate's principal.
     pub principal: &'a Principal,
     /// The policy rule that let the call run, for the tool's own audit records.
     pub rule: &'a str,
@@ -125,6 +132,7 @@ pub struct Call<'a> {
 /// allows).
 #[derive(Clone, Debug)]
 pub struct Caller {
+    /// The server's end of the client's session: notifications and requests to the client go here.
     pub peer: Peer<RoleServer>,
     /// The request being served, which requests back to the client are sent in relation to.
     pub request_id: RequestId,
@@ -198,6 +206,7 @@ pub type PassFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ErrorData>> +
 /// Upstream prompts and resources, listed and fetched on the caller's behalf. Names and URIs are
 /// as the client sees them (prefixed when there are several upstreams).
 pub trait Passthrough: Send + Sync {
+    /// `prompts/list`: every prompt on offer.
     fn prompts(&self) -> PassFuture<'_, Vec<Prompt>>;
     /// `gate`: the caller's, which decides and audits what the upstream asks of it.
     fn get_prompt(
@@ -206,8 +215,12 @@ pub trait Passthrough: Send + Sync {
         caller: Caller,
         gate: Gate,
     ) -> PassFuture<'_, GetPromptResponse>;
+    /// `resources/list`: every resource on offer.
     fn resources(&self) -> PassFuture<'_, Vec<Resource>>;
+    /// `resources/templates/list`: every resource template on offer.
     fn resource_templates(&self) -> PassFuture<'_, Vec<ResourceTemplate>>;
+    /// `resources/read`: the resource's contents, text redacted. `gate`: the caller's, as for
+    /// [`get_prompt`](Self::get_prompt).
     fn read_resource(
         &self,
         params: ReadResourceRequestParams,
@@ -221,6 +234,7 @@ pub trait Passthrough: Send + Sync {
     fn set_level(&self, params: SetLevelRequestParams, caller: Caller) -> PassFuture<'_, ()>;
     /// `resources/subscribe`: the caller's session is told when the resource changes.
     fn subscribe(&self, params: SubscribeRequestParams, caller: Caller) -> PassFuture<'_, ()>;
+    /// `resources/unsubscribe`: the caller's session is no longer told when the resource changes.
     fn unsubscribe(&self, params: UnsubscribeRequestParams, caller: Caller) -> PassFuture<'_, ()>;
     /// `tasks/get` of a task the caller was handed (MCP tasks extension): its state as the
     /// upstream reports it, cleaned as a call's result is. A task that is not the caller's is
@@ -253,7 +267,10 @@ pub trait Passthrough: Send + Sync {
 /// Optional features some upstream offers.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Features {
+    /// Some upstream answers `completion/complete`.
     pub completions: bool,
+    /// Some upstream sends log messages, so `logging/setLevel` has an effect.
     pub logging: bool,
+    /// Some upstream takes `resources/subscribe`.
     pub subscribe: bool,
 }
