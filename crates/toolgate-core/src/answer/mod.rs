@@ -112,15 +112,21 @@ pub enum Answer<R> {
         /// Seconds until the bucket holds a call again.
         retry_after_s: u64,
     },
-    /// A gated tool whose switch is off: what it would have done.
+    /// A gated tool whose switch is off: what it would have done (seed 004's refusal).
     DryRun {
         /// The rule that refused, `tools.NAME.gated`.
         rule: String,
         /// The environment variable that turns the tool on (see
         /// [`Policy::gate_env`](crate::policy::Policy::gate_env)).
         gate_env: String,
-        /// What the call would have done, as the tool's dry run describes it.
+        /// What the call would have done, as the tool's dry run describes it, with
+        /// `preview_available` saying whether it is the tool's own (`false`: the gate could only
+        /// show the arguments).
         preview: Value,
+        /// The refused tool's description, so that a person reading the refusal knows what it is.
+        tool_description: Option<String>,
+        /// The arguments the call was made with, redacted.
+        arguments: Value,
     },
     /// Waiting for a person.
     Pending(Pending),
@@ -465,7 +471,7 @@ impl<R> Answer<R> {
                 format!("rate limit reached, retry after {retry_after_s} s")
             }
             Self::DryRun { gate_env, .. } => format!(
-                "{tool} is gated: it stays off until {gate_env} is set in the server's environment. Nothing was done. Dry run attached."
+                "REFUSED (gated off). Nothing was executed.\nTool: {tool}\nSet {gate_env}=1 in this server's environment to enable it."
             ),
             Self::Pending(pending) => format!(
                 "{tool} needs a person's approval: approval {} pending until {}; call again with the same arguments after it is decided",
@@ -532,14 +538,34 @@ impl<R> Answer<R> {
                 rule,
                 gate_env,
                 preview,
-            } => json!({
-                "reason": format!("it stays off until {gate_env} is set in the server's environment"),
-                "rule": rule,
-                "policy_sha256": policy_sha256,
-                "enable": format!("restart the server with {gate_env}=1 (accepted: 1 true yes on enable enabled allow)"),
-                "gate_env": gate_env,
-                "dry_run": preview,
-            }),
+                tool_description,
+                arguments,
+            } => {
+                // The rule is `tools.NAME.gated` (`Policy::decide`).
+                let tool = rule
+                    .strip_prefix("tools.")
+                    .and_then(|r| r.strip_suffix(".gated"))
+                    .unwrap_or(rule);
+                json!({
+                    "ok": false,
+                    "reason": "gated",
+                    "tool": tool,
+                    "message": format!("\"{tool}\" is gated off. Its handler did NOT run and nothing was changed."),
+                    "enable_with": {
+                        "env_var": gate_env,
+                        "set_to": "1",
+                        "accepted": ["1", "true", "yes", "on", "enable", "enabled", "allow"],
+                        "scope": "this server's process environment",
+                    },
+                    "default_state": format!("disabled: {gate_env} is unset or not set to an enabling value"),
+                    "dry_run": preview,
+                    "tool_description": tool_description,
+                    "arguments_received": arguments,
+                    "rule": rule,
+                    "policy_sha256": policy_sha256,
+                    "gate_env": gate_env,
+                })
+            }
             Self::Pending(pending) => json!({
                 "approval_id": pending.approval_id,
                 "expires_at": rfc3339(pending.expires_at_ms),

@@ -119,6 +119,14 @@ impl Corridor<'_> {
                 rule: verdict.rule.clone(),
                 gate_env: policy.gate_env(name),
                 preview: self.dry_run(call, &verdict).await,
+                tool_description: self
+                    .catalog
+                    .get(name)
+                    .and_then(|tool| tool.description.as_deref())
+                    .map(str::to_owned),
+                arguments: gate
+                    .redactor()
+                    .redact_value_echoing(&call.arguments, &call.echoes),
             }),
             Action::NeedsApproval | Action::Run | Action::ChargeBudget => None,
         };
@@ -150,10 +158,12 @@ impl Corridor<'_> {
         }
     }
 
-    /// What a refused or held call would have done: the tool's own dry run, or a preview.
+    /// What a refused or held call would have done: the tool's own dry run
+    /// (`preview_available: true`), or, for a tool without one, a preview that says no exact one
+    /// is available and shows the arguments (seed 004).
     pub(super) async fn dry_run(&self, call: &CallState<'_>, verdict: &Verdict) -> Value {
         let redactor = self.gate.redactor();
-        match self.toolset.dry_run(call.name, call.arguments()).await {
+        let mut preview = match self.toolset.dry_run(call.name, call.arguments()).await {
             // An upstream's preview is someone else's text, like its output.
             Some(preview) if self.origin.is_some() => {
                 let mut report = sanitize::Report::default();
@@ -161,14 +171,23 @@ impl Corridor<'_> {
             }
             Some(preview) => redactor.redact_value(&preview),
             None => json!({
+                "preview_available": false,
+                "note": "No exact preview is available: this tool has no dry run. The arguments it was called with are shown instead.",
                 "would": format!("call {} with the arguments below", call.name),
-                "arguments": redactor.redact_value(&call.arguments),
+                "arguments": redactor.redact_value_echoing(&call.arguments, &call.echoes),
                 "reversible": Value::Null,
                 "rule": verdict.rule,
                 "tier": verdict.tier.as_str(),
                 "synthesised": true,
             }),
+        };
+        if let Value::Object(fields) = &mut preview {
+            // A tool that said it itself (a preview that failed) keeps its own word.
+            fields
+                .entry("preview_available")
+                .or_insert(Value::Bool(true));
         }
+        preview
     }
 }
 

@@ -93,11 +93,17 @@ fn error_result<R>(answer: &Answer<R>, tool: &str, policy_sha256: &str) -> CallT
     let kind = answer.kind();
     let mut detail = answer.detail(policy_sha256);
     detail.insert("status".to_owned(), json!(kind.status()));
-    tool_error(
-        answer.message(tool).unwrap_or_default(),
-        kind.executed(),
-        Value::Object(detail),
-    )
+    let message = answer.message(tool).unwrap_or_default();
+    let mut result = tool_error(message.clone(), kind.executed(), Value::Object(detail));
+    if kind == Kind::DryRun
+        && let Some(structured) = &result.structured_content
+    {
+        // Seed 004's refusal: a client that shows only text still shows the person the dry run
+        // and how to enable the tool.
+        let pretty = serde_json::to_string_pretty(structured).unwrap_or_default();
+        result.content = vec![ContentBlock::text(format!("{message}\n\n{pretty}"))];
+    }
+    result
 }
 
 /// A tool's own error result says that it ran (`executed: true`), unless it said otherwise itself.

@@ -720,8 +720,17 @@ async fn a_gated_tool_with_its_switch_off_answers_with_the_tools_own_dry_run() {
     let Value::Object(arguments) = args else {
         unreachable!("built as an object")
     };
-    let own = Bench::new(Arc::default()).preview("wipe", &arguments);
-    assert_eq!(Some(&detail["dry_run"]), own.as_ref(), "{reply}");
+    // The tool's own preview, marked as such (seed 004's `preview_available`).
+    let mut own = Bench::new(Arc::default())
+        .preview("wipe", &arguments)
+        .expect("wipe has a dry run");
+    own["preview_available"] = json!(true);
+    assert_eq!(detail["dry_run"], own, "{reply}");
+    assert_eq!(
+        detail["arguments_received"],
+        json!({"target": "/srv/notes"})
+    );
+    assert_eq!(detail["reason"], "gated");
     assert!(text_of(refused).contains("NOTES_ALLOW_GATED"), "{reply}");
     assert!(!h.probe.ran("wipe"), "{:?}", h.probe.events());
     assert_eq!(

@@ -91,6 +91,8 @@ fn every_answer() -> Vec<Answer<CallToolResult>> {
             rule: "tools.pay.gated".to_owned(),
             gate_env: "SHOP_ALLOW_GATED".to_owned(),
             preview: json!({"would": "pay 49", "reversible": false}),
+            tool_description: Some("Pay an invoice.".to_owned()),
+            arguments: json!({"amount": 49}),
         },
         Answer::Pending(Pending {
             approval_id: "a-1".to_owned(),
