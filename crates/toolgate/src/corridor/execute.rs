@@ -161,7 +161,15 @@ impl Corridor<'_> {
             biased;
             () = call.ct.cancelled() => {
                 handler_ct.cancel();
-                Answer::Cancelled
+                if call.shutdown.is_cancelled() {
+                    // Cut off by the server's own shutdown (the grace ran out), not by the
+                    // client: the caller is still waiting and must not read this as not run.
+                    Answer::InDoubt {
+                        why: "the server shut down before the call finished".to_owned(),
+                    }
+                } else {
+                    Answer::Cancelled
+                }
             }
             // tokio-util marks children cancelled before their parent: a handler watching its
             // token can give up, and this branch be polled, before `ct` reads cancelled. A
