@@ -138,7 +138,7 @@ async fn decide(
     reason: Option<&str>,
     as_json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let identity = identity.unwrap_or_else(crate::identity::human);
+    let identity = identity.unwrap_or_else(toolgate::identity::human);
     let mut out = std::io::stdout().lock();
     match store.decide(id, &identity, verdict, reason, now_ms()).await {
         Ok(row) => {

@@ -8,7 +8,6 @@
 //! the flags name, credentials the caller read from the environment): the library never reads
 //! either.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -18,13 +17,9 @@ use anyhow::Context;
 use toolgate::server::Gate;
 use toolgate::{GateServer, stdio, toolset};
 use toolgate_core::policy::Policy;
-use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
 use toolgate_core::secret::Secret;
-use toolgate_store::approval::ApprovalStore;
-use toolgate_store::idempotency::IdempotencyStore;
-use toolgate_store::journal::{Durability, Journal};
-use toolgate_store::state::StateStore;
+use toolgate_store::journal::Durability;
 
 /// The flags of a gated server, the same for `serve` and `proxy`.
 #[derive(Debug, clap::Args)]
@@ -76,28 +71,12 @@ pub(crate) fn check_policy(
         .context("policy does not fit the served tools")
 }
 
-/// The values of a gate variable that switch a gated tool on (seed 004), in any case.
-const ENABLING: &[&str] = &["1", "true", "yes", "on", "enable", "enabled", "allow"];
-
-/// Gate variables of this policy that are set to an enabling value in the environment.
-pub(crate) fn open_gates(policy: &Policy) -> BTreeSet<String> {
-    policy
-        .tools()
-        .filter(|(_, rule)| rule.gated)
-        .map(|(name, _)| policy.gate_env(name))
-        .filter(|env| {
-            // A gate switch is an environment variable by design (seed 004): the person starting
-            // the server opens it, and the library is told which are open.
-            #[allow(clippy::disallowed_methods)]
-            let value = std::env::var(env);
-            value.is_ok_and(|v| ENABLING.iter().any(|e| v.trim().eq_ignore_ascii_case(e)))
-        })
-        .collect()
-}
-
-/// Who calls on stdio: the local user this process runs as.
-pub(crate) fn local_principal() -> Principal {
-    Principal::new(format!("local:{}", crate::identity::os_user()))
+/// A gate variable's value in this process's environment.
+pub(crate) fn env_var(name: &str) -> Option<String> {
+    // A gate switch is an environment variable by design (seed 004): the person starting the
+    // server opens it, and the library is told which are open.
+    #[allow(clippy::disallowed_methods)]
+    std::env::var(name).ok()
 }
 
 /// Everything a gate needs from the data directory: the journal (repaired after a crash), the
@@ -114,32 +93,11 @@ pub(crate) async fn open(
     secrets.extend(credentials);
     let redactor = Redactor::new(secrets);
     crate::logging::use_redactor(Arc::new(redactor.clone()));
-    let data = &args.data;
-    let (journal, recovery) = Journal::open_with(data, durability)
-        .with_context(|| format!("cannot open data directory {}", data.display()))?;
-    if let Some((aside, bytes)) = &recovery.torn_audit {
-        tracing::warn!(moved_to = %aside.display(), bytes, "torn audit tail moved aside; recovery record appended");
-    }
-    if recovery.torn_wal_bytes > 0 || recovery.replayed > 0 {
-        tracing::warn!(
-            torn_wal_bytes = recovery.torn_wal_bytes,
-            replayed = recovery.replayed,
-            "journal repaired after a crash"
-        );
-    }
-    let approvals = ApprovalStore::open(data)
-        .await
-        .context("cannot open the approval queue")?;
-    let state = StateStore::beside(&approvals, data).context("cannot open the state store")?;
-    let idempotency = IdempotencyStore::beside(&approvals);
-    let open = open_gates(&policy);
-    Ok(Gate::new(policy, journal)
-        .with_approvals(approvals)
-        .with_state(state)
-        .with_idempotency(idempotency)
+    Ok(Gate::open(policy, &args.data, durability)
+        .await?
         .with_redactor(redactor)
-        .with_open_gates(open)
-        .with_principal(local_principal()))
+        .with_switches(env_var)
+        .with_principal(toolgate::identity::local_principal()))
 }
 
 /// One secret per `--secret-file`, trimmed.

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use tokio_util::sync::CancellationToken;
 use toolgate::GateServer;
 use toolgate::http::{self, AuthConfig, HttpConfig, KeySource, Verifier};
 
@@ -176,7 +175,7 @@ pub(crate) async fn serve(
     let verifier = args.verifier(&config.resource).await?;
     // The server's own token: held calls then answer pending when the server stops, as on stdio.
     let shutdown = server.shutdown();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    tokio::spawn(http::stop_on_signal(shutdown.clone()));
     tracing::info!(
         address = %bound,
         endpoint = %config.path,
@@ -194,20 +193,4 @@ pub(crate) async fn serve(
         .await
         .context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
-}
-
-async fn stop_on_signal(shutdown: CancellationToken) {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(error) => {
-            tracing::warn!(error = %error, "cannot watch SIGTERM");
-            return;
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
-    }
-    tracing::info!("shutting down");
-    shutdown.cancel();
 }

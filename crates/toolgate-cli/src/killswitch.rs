@@ -37,7 +37,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let store = StateStore::open(&args.data)
         .await
         .with_context(|| format!("cannot open the state store in {}", args.data.display()))?;
-    let identity = args.identity.unwrap_or_else(crate::identity::human);
+    let identity = args.identity.unwrap_or_else(toolgate::identity::human);
     let switch = match args.action {
         Action::Status => store.killswitch().await,
         Action::On => store.set_killswitch(true, &identity, now_ms()).await,

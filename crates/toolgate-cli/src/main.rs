@@ -9,7 +9,6 @@ mod audit;
 mod demo;
 mod gate;
 mod http;
-mod identity;
 mod keys;
 mod killswitch;
 mod logging;

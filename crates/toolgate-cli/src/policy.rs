@@ -14,7 +14,7 @@ use toolgate_core::policy::Action;
 use toolgate_core::principal::Principal;
 use toolgate_demos as demos;
 
-use crate::gate::{check_policy, load_policy, local_principal, open_gates};
+use crate::gate::{check_policy, env_var, load_policy};
 use crate::proxy::Upstreams;
 
 #[derive(Debug, clap::Subcommand)]
@@ -92,8 +92,10 @@ pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(Value::Object(map)) => map,
                 _ => bail!("ARGS must be a JSON object, e.g. '{{\"amount\": 49}}'"),
             };
-            let principal = principal.map_or_else(local_principal, Principal::new);
-            let gate_open = open_gates(&policy).contains(&policy.gate_env(&tool));
+            let principal =
+                principal.map_or_else(toolgate::identity::local_principal, Principal::new);
+            let gate_open =
+                env_var(&policy.gate_env(&tool)).is_some_and(|v| toolgate::corridor::enabling(&v));
             // The answer the corridor would give, described by the same `Kind` that maps it to
             // the wire and the audit record, so explain cannot drift from what a call gets.
             let (report, text) = match policy.admit(&tool, &arguments) {

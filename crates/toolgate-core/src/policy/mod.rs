@@ -13,6 +13,7 @@
 //! does not allow, as the seed does). Escalation only ever raises a tier.
 
 mod condition;
+mod declared;
 mod error;
 mod raw;
 
@@ -26,6 +27,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 pub use condition::Condition;
+pub use declared::Declared;
 pub use error::{ConditionError, PolicyError};
 
 use crate::principal::Principal;

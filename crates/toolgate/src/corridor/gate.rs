@@ -5,6 +5,7 @@
 //! journal alone; a call that needs a store that is not there does not run (fail closed).
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -15,11 +16,45 @@ use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
 use toolgate_store::approval::ApprovalStore;
 use toolgate_store::idempotency::IdempotencyStore;
-use toolgate_store::journal::{Journal, JournalError, Receipt};
+use toolgate_store::journal::{Durability, Journal, JournalError, Receipt};
 use toolgate_store::state::StateStore;
 
 use super::limits::RateLimits;
 use crate::toolset::CallError;
+
+/// The values of a gate variable that switch a gated tool on (seed 004), in any case.
+pub const ENABLING: &[&str] = &["1", "true", "yes", "on", "enable", "enabled", "allow"];
+
+/// Whether `value` of a gate variable switches its tools on: one of [`ENABLING`], in any case,
+/// around any whitespace. Anything else (`0`, empty, `no`, a typo) leaves them off.
+#[must_use]
+pub fn enabling(value: &str) -> bool {
+    let value = value.trim();
+    ENABLING.iter().any(|e| value.eq_ignore_ascii_case(e))
+}
+
+/// Why a gate could not be opened on a data directory.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    /// The journal (audit log and write-ahead log) could not be opened or repaired.
+    #[error("cannot open the journal in {dir}: {source}")]
+    Journal {
+        /// The data directory, as given.
+        dir: PathBuf,
+        /// Why the journal did not open.
+        #[source]
+        source: JournalError,
+    },
+    /// The database of approvals, kill switch, budgets and idempotency keys could not be opened.
+    #[error("cannot open the state database in {dir}: {source}")]
+    Store {
+        /// The data directory, as given.
+        dir: PathBuf,
+        /// Why the database did not open.
+        #[source]
+        source: toolgate_store::approval::StoreError,
+    },
+}
 
 /// Policy, stores and switches; cloned into every call.
 #[derive(Clone, Debug)]
@@ -40,7 +75,7 @@ pub struct Gate {
 }
 
 impl Gate {
-    /// A gate with the journal only; the caller is the local user `local:<name>`.
+    /// A gate with the journal only; the caller is `local:unknown` until [`Gate::with_principal`].
     #[must_use]
     pub fn new(policy: Policy, journal: Journal) -> Self {
         Self {
@@ -57,6 +92,60 @@ impl Gate {
         }
     }
 
+    /// A gate on the data directory `dir` (created if missing): the journal, repaired after a
+    /// crash (what was repaired is logged), and beside it the approval queue, the state store
+    /// (kill switch, budgets) and the idempotency keys. What `toolgate serve`, `toolgate proxy`
+    /// and a kit server open.
+    ///
+    /// # Errors
+    /// The directory, the journal or the database cannot be opened; nothing is served then.
+    pub async fn open(
+        policy: Policy,
+        dir: &Path,
+        durability: Durability,
+    ) -> Result<Self, OpenError> {
+        let (journal, recovery) =
+            Journal::open_with(dir, durability).map_err(|source| OpenError::Journal {
+                dir: dir.to_owned(),
+                source,
+            })?;
+        if let Some((aside, bytes)) = &recovery.torn_audit {
+            tracing::warn!(moved_to = %aside.display(), bytes, "torn audit tail moved aside; recovery record appended");
+        }
+        if recovery.torn_wal_bytes > 0 || recovery.replayed > 0 {
+            tracing::warn!(
+                torn_wal_bytes = recovery.torn_wal_bytes,
+                replayed = recovery.replayed,
+                "journal repaired after a crash"
+            );
+        }
+        let store = |source| OpenError::Store {
+            dir: dir.to_owned(),
+            source,
+        };
+        let approvals = ApprovalStore::open(dir).await.map_err(store)?;
+        let state = StateStore::beside(&approvals, dir).map_err(store)?;
+        let idempotency = IdempotencyStore::beside(&approvals);
+        Ok(Self::new(policy, journal)
+            .with_approvals(approvals)
+            .with_state(state)
+            .with_idempotency(idempotency))
+    }
+
+    /// Opens the gate switches of the policy's gated tools whose variable `lookup` finds set to
+    /// an enabling value ([`enabling`]); the others stay off.
+    #[must_use]
+    pub fn with_switches(self, lookup: impl Fn(&str) -> Option<String>) -> Self {
+        let policy = self.policy.clone();
+        let open = policy
+            .tools()
+            .filter(|(_, rule)| rule.gated)
+            .map(|(name, _)| policy.gate_env(name))
+            .filter(|env| lookup(env).is_some_and(|value| enabling(&value)))
+            .collect();
+        self.with_open_gates(open)
+    }
+
     /// Where idempotency keys are claimed; without it, a tool the policy gives a key does not run.
     #[must_use]
     pub fn with_idempotency(mut self, store: IdempotencyStore) -> Self {
@@ -64,6 +153,7 @@ impl Gate {
         self
     }
 
+    /// Where idempotency keys are claimed, if this gate has such a store.
     #[must_use]
     pub fn idempotency(&self) -> Option<&IdempotencyStore> {
         self.idempotency.as_ref()
@@ -75,18 +165,23 @@ impl Gate {
         &self.owner
     }
 
+    /// Where calls that need a person's approval wait; without it, such a call does not run.
     #[must_use]
     pub fn with_approvals(mut self, store: ApprovalStore) -> Self {
         self.approvals = Some(store);
         self
     }
 
+    /// Where the kill switch and the per-principal budgets are kept; without it, neither is
+    /// checked.
     #[must_use]
     pub fn with_state(mut self, store: StateStore) -> Self {
         self.state = Some(store);
         self
     }
 
+    /// What scrubs secrets from results, error messages, previews and echoed arguments before
+    /// they leave the gate; the default knows the built-in credential shapes, no secret values.
     #[must_use]
     pub fn with_redactor(mut self, redactor: Redactor) -> Self {
         self.redactor = Arc::new(redactor);
@@ -108,36 +203,43 @@ impl Gate {
         self
     }
 
+    /// The policy every call through this gate is decided by.
     #[must_use]
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
 
+    /// The journal decisions and outcomes are recorded in.
     #[must_use]
     pub fn journal(&self) -> &Journal {
         &self.journal
     }
 
+    /// The approval queue, if this gate has one.
     #[must_use]
     pub fn approvals(&self) -> Option<&ApprovalStore> {
         self.approvals.as_ref()
     }
 
+    /// The kill switch and budget store, if this gate has one.
     #[must_use]
     pub fn state(&self) -> Option<&StateStore> {
         self.state.as_ref()
     }
 
+    /// The redactor applied to results, error messages, previews and echoed arguments.
     #[must_use]
     pub fn redactor(&self) -> &Redactor {
         &self.redactor
     }
 
+    /// Who calls through this gate; `local:unknown` until [`with_principal`](Self::with_principal).
     #[must_use]
     pub fn principal(&self) -> &Principal {
         &self.principal
     }
 
+    /// The rate-limit buckets, shared by every clone of this gate.
     #[must_use]
     pub fn limits(&self) -> &RateLimits {
         &self.limits

@@ -38,7 +38,7 @@ use toolgate_core::redact::Echoes;
 pub use answer::Answer;
 #[cfg(feature = "gateway")]
 pub(crate) use clean::{clean_tool_result, redact_prompt, redact_resource};
-pub use gate::{AuditUnavailable, Gate, request_label};
+pub use gate::{AuditUnavailable, ENABLING, Gate, OpenError, enabling, request_label};
 pub use limits::RateLimits;
 
 use crate::toolset::{Caller, Catalog, Toolset};

@@ -356,6 +356,24 @@ impl Mcp {
     }
 }
 
+/// Cancels `shutdown` when SIGINT or SIGTERM arrives: the HTTP server then stops taking requests
+/// and held calls answer pending at once.
+pub async fn stop_on_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(error) => {
+            tracing::warn!(error = %error, "cannot watch SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+    shutdown.cancel();
+}
+
 /// Serves `app` on `listener` until `shutdown`, then lets open requests finish for `grace`.
 /// Clients get `read_timeout` to send their headers; at most `max_connections` are served at once.
 ///

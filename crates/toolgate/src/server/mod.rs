@@ -50,11 +50,44 @@ pub const PROTOCOL_VERSIONS: &[ProtocolVersion] = &[
     ProtocolVersion::V_2024_11_05,
 ];
 
+/// How a server names itself to clients: `serverInfo`, the instructions for the model, and the
+/// cache hints of its 2026-07-28 list results.
+#[derive(Clone, Debug)]
+pub struct Identity {
+    /// `serverInfo` (name and version), also in every 2026-07-28 result's `_meta`.
+    pub info: rmcp::model::Implementation,
+    /// Text for the model about how to use the server.
+    pub instructions: Option<String>,
+    /// `ttlMs` of `tools/list` results (2026-07-28): how long a client may reuse the list.
+    pub cache_ttl_ms: u64,
+    /// `cacheScope` of `tools/list` results: whether a shared cache may keep them.
+    pub cache_scope: CacheScope,
+}
+
+impl Default for Identity {
+    /// toolgate itself: never cached, since what is listed depends on the caller's policy.
+    fn default() -> Self {
+        Self {
+            info: crate::implementation(),
+            instructions: Some(
+                "toolgate: every tool call passes a policy gate and lands in a SHA-256 chained audit log."
+                    .to_owned(),
+            ),
+            cache_ttl_ms: 0,
+            cache_scope: CacheScope::Private,
+        }
+    }
+}
+
 /// The server a client talks to: a gate in front of one toolset.
 #[derive(Clone, Debug)]
 pub struct GateServer {
     gate: Gate,
     toolset: Arc<dyn Toolset>,
+    identity: Arc<Identity>,
+    /// `_meta` naming this server, which 2026-07-28 results SHOULD carry (rmcp adds it to
+    /// discover only); built once from `identity`.
+    meta: MetaObject,
     inflight: crate::stdio::InFlight,
     /// Cancelled when the server stops taking calls (a signal, or stdin closed): calls held for a
     /// person answer pending at once instead of holding the shutdown up.
@@ -68,9 +101,25 @@ impl GateServer {
         Self {
             gate,
             toolset,
+            meta: server_meta(&crate::implementation()),
+            identity: Arc::new(Identity::default()),
             inflight: crate::stdio::InFlight::default(),
             shutdown: CancellationToken::new(),
         }
+    }
+
+    /// The same server under another name, instructions and cache hints (a kit's own).
+    #[must_use]
+    pub fn with_identity(mut self, identity: Identity) -> Self {
+        self.meta = server_meta(&identity.info);
+        self.identity = Arc::new(identity);
+        self
+    }
+
+    /// The gate every call walks through.
+    #[must_use]
+    pub fn gate(&self) -> &Gate {
+        &self.gate
     }
 
     /// The token that, once cancelled, makes held calls answer pending at once.
@@ -225,11 +274,11 @@ impl ServerHandler for GateServer {
                 .get_or_insert_default()
                 .insert(TASKS_EXTENSION_ID.to_owned(), serde_json::Map::new());
         }
-        ServerConfig::new(capabilities)
-            .with_server_info(crate::implementation())
-            .with_instructions(
-                "toolgate: every tool call passes a policy gate and lands in a SHA-256 chained audit log.",
-            )
+        let config = ServerConfig::new(capabilities).with_server_info(self.identity.info.clone());
+        match &self.identity.instructions {
+            Some(text) => config.with_instructions(text.clone()),
+            None => config,
+        }
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -263,7 +312,7 @@ impl ServerHandler for GateServer {
         let (pass, gate) = self.task_pass(&context, &request.task_id)?;
         let caller = caller(&context, (None, None));
         let mut result = pass.get_task(request, caller, gate).await?;
-        result.meta = Some(server_meta());
+        result.meta = Some(self.meta.clone());
         Ok(result)
     }
 
@@ -295,10 +344,13 @@ impl ServerHandler for GateServer {
         let gate = self.gate_for(&context);
         let mut result = ListToolsResult::with_all_items(self.visible_tools(&gate));
         if is_modern(&context) {
-            // Private and never stale: what is listed depends on the caller's policy. Legacy
-            // revisions have no cache hints, so their sessions get none.
-            result = result.with_ttl_ms(0).with_cache_scope(CacheScope::Private);
-            result.meta = Some(server_meta());
+            // toolgate's own: private and never stale, since what is listed depends on the
+            // caller's policy; a kit chooses its own. Legacy revisions have no cache hints, so
+            // their sessions get none.
+            result = result
+                .with_ttl_ms(self.identity.cache_ttl_ms)
+                .with_cache_scope(self.identity.cache_scope);
+            result.meta = Some(self.meta.clone());
         }
         Ok(result)
     }
@@ -581,7 +633,7 @@ impl GateServer {
         if is_modern(&context) {
             // Ours joins what the result carries (the gate's replay and untrusted marks).
             let mut meta = result.meta.take().unwrap_or_default();
-            meta.0.extend(server_meta().0);
+            meta.0.extend(self.meta.0.clone());
             result.meta = Some(meta);
             // Results from legacy upstreams have none; 2026-07-28 requires it on every result.
             result.result_type.get_or_insert(ResultType::COMPLETE);
@@ -698,15 +750,10 @@ fn is_modern(context: &RequestContext<RoleServer>) -> bool {
         .is_some_and(|v| v.as_str() >= ProtocolVersion::V_2026_07_28.as_str())
 }
 
-/// `_meta` naming this server, which 2026-07-28 results SHOULD carry (rmcp adds it to discover only).
-/// Built once: it is the same for every result.
-fn server_meta() -> MetaObject {
-    static META: std::sync::OnceLock<MetaObject> = std::sync::OnceLock::new();
-    META.get_or_init(|| {
-        let mut meta = serde_json::Map::new();
-        let info = serde_json::to_value(crate::implementation()).unwrap_or_default();
-        meta.insert("io.modelcontextprotocol/serverInfo".to_owned(), info);
-        MetaObject::from(meta)
-    })
-    .clone()
+/// `_meta` naming the server `info`, which 2026-07-28 results SHOULD carry.
+fn server_meta(info: &rmcp::model::Implementation) -> MetaObject {
+    let mut meta = serde_json::Map::new();
+    let info = serde_json::to_value(info).unwrap_or_default();
+    meta.insert("io.modelcontextprotocol/serverInfo".to_owned(), info);
+    MetaObject::from(meta)
 }

@@ -16,7 +16,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 
 use rustix::fs::OFlags;
@@ -35,9 +35,11 @@ enum Kind {
     Other,
 }
 
-/// stdin and stdout for the transport, and the guard that restores their flags when dropped.
-pub(super) fn open() -> (Reader, Writer, Restore) {
-    let restore = Restore::remember();
+/// stdin and `stdout` (this process's stdout, or the protocol's own copy of it when stray writes
+/// are guarded: [`super::guard`]) for the transport, and the guard that restores their flags when
+/// dropped.
+pub(super) fn open(stdout: BorrowedFd<'_>) -> (Reader, Writer, Restore) {
+    let restore = Restore::remember(stdout);
     let reader = on_reactor(
         io::stdin().as_fd(),
         "stdin",
@@ -49,17 +51,14 @@ pub(super) fn open() -> (Reader, Writer, Restore) {
         },
     )
     .unwrap_or_else(|| Box::new(tokio::io::stdin()));
-    let writer = on_reactor(
-        io::stdout().as_fd(),
-        "stdout",
-        |fd, kind| -> io::Result<Writer> {
-            Ok(match kind {
-                Kind::Pipe => Box::new(pipe::Sender::from_owned_fd(fd)?),
-                _ => Box::new(socket(fd)?),
-            })
-        },
-    )
-    .unwrap_or_else(|| Box::new(tokio::io::stdout()));
+    let guarded = stdout.as_raw_fd() != io::stdout().as_raw_fd();
+    let writer = on_reactor(stdout, "stdout", |fd, kind| -> io::Result<Writer> {
+        Ok(match kind {
+            Kind::Pipe => Box::new(pipe::Sender::from_owned_fd(fd)?),
+            _ => Box::new(socket(fd)?),
+        })
+    })
+    .unwrap_or_else(|| blocking_writer(stdout, guarded));
     (reader, writer, restore)
 }
 
@@ -84,6 +83,15 @@ fn on_reactor<T>(
     })
 }
 
+/// stdout on the blocking pool: tokio's own handle, or a file on the protocol's copy of the
+/// descriptor when fd 1 is the stray-write guard's pipe.
+fn blocking_writer(stdout: BorrowedFd<'_>, guarded: bool) -> Writer {
+    if guarded && let Ok(fd) = stdout.try_clone_to_owned() {
+        return Box::new(tokio::fs::File::from_std(File::from(fd)));
+    }
+    Box::new(tokio::io::stdout())
+}
+
 fn kind_of(file: &File) -> io::Result<Kind> {
     let kind = file.metadata()?.file_type();
     Ok(if kind.is_fifo() {
@@ -103,18 +111,22 @@ fn socket(fd: OwnedFd) -> io::Result<tokio::net::UnixStream> {
     tokio::net::UnixStream::from_std(stream)
 }
 
-/// The file status flags stdin and stdout had before the session, put back when dropped.
+/// The file status flags stdin and stdout had before the session, put back when dropped (stdout's
+/// through a copy of its descriptor, which shares the flags).
 #[derive(Debug)]
 pub(super) struct Restore {
     stdin: Option<OFlags>,
-    stdout: Option<OFlags>,
+    stdout: Option<(OwnedFd, OFlags)>,
 }
 
 impl Restore {
-    fn remember() -> Self {
+    fn remember(stdout: BorrowedFd<'_>) -> Self {
         Self {
             stdin: rustix::fs::fcntl_getfl(io::stdin()).ok(),
-            stdout: rustix::fs::fcntl_getfl(io::stdout()).ok(),
+            stdout: stdout.try_clone_to_owned().ok().and_then(|fd| {
+                let flags = rustix::fs::fcntl_getfl(&fd).ok()?;
+                Some((fd, flags))
+            }),
         }
     }
 }
@@ -124,8 +136,8 @@ impl Drop for Restore {
         if let Some(flags) = self.stdin {
             let _ = rustix::fs::fcntl_setfl(io::stdin(), flags);
         }
-        if let Some(flags) = self.stdout {
-            let _ = rustix::fs::fcntl_setfl(io::stdout(), flags);
+        if let Some((fd, flags)) = &self.stdout {
+            let _ = rustix::fs::fcntl_setfl(fd, *flags);
         }
     }
 }

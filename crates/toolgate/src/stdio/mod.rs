@@ -30,11 +30,11 @@
 //!
 //! Design decision: a transport of our own rather than a filter of bytes in front of rmcp's
 //! reader, so that each line is parsed once. The message this module parses is the one rmcp gets:
-//! a plain `tools/call` line is read straight into it ([`call_line`]), any other good line costs
+//! a plain `tools/call` line is read straight into it (`call_line.rs`), any other good line costs
 //! what it cost inside rmcp (one `serde_json` parse into rmcp's message type) plus one enum match
 //! and, for a request that fell to rmcp's custom fallback only, a method name compared against a
 //! short list. Only refused lines are read a second time. stdin and stdout themselves are opened
-//! in [`ends`] (on the reactor when they are pipes or sockets).
+//! in `ends.rs` (on the reactor when they are pipes or sockets).
 //!
 //! **Ending.** stdin closing, SIGTERM or SIGINT all end a session the same way: reading stops, the
 //! server's shutdown token ([`crate::GateServer::shutdown`]) is cancelled so that every call held
@@ -46,6 +46,7 @@
 
 use std::future::Future;
 use std::io;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -67,6 +68,7 @@ use crate::GateServer;
 
 mod call_line;
 mod ends;
+pub mod guard;
 
 /// The longest line (one JSON-RPC message) read from stdin, in bytes: 4 MiB. A longer line is
 /// answered -32700 without being held in memory.
@@ -148,6 +150,29 @@ impl Drop for Entered {
 /// # Errors
 /// The transport failed to start or the service loop ended abnormally.
 pub async fn serve(server: GateServer, grace: Duration) -> io::Result<()> {
+    serve_on(server, grace, io::stdout().as_fd(), Bare::Refuse).await
+}
+
+/// What a request gets that carries no revision in `_meta` on a connection that never sent
+/// `initialize` (`echo '{"jsonrpc":"2.0","id":1,"method":"tools/call",…}' | server`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bare {
+    /// -32602, as MCP 2026-07-28 says of a request without its required `_meta` keys.
+    Refuse,
+    /// Served as a 2026-07-28 request that declares no client capabilities, as seed 004's kit
+    /// serves it: a developer can try a tool from a shell. Only a request with neither required
+    /// key is adopted; one with a single key is malformed and still refused.
+    AsCurrent,
+}
+
+/// [`serve`], with stdout's protocol stream written to `stdout` (the stray-write guard's copy of
+/// the descriptor, [`guard::StrayStdout`]) and bare requests answered as `bare` says.
+pub(crate) async fn serve_on(
+    server: GateServer,
+    grace: Duration,
+    stdout: std::os::fd::BorrowedFd<'_>,
+    bare: Bare,
+) -> io::Result<()> {
     let stop = CancellationToken::new();
     // Watch the signals before the first read, so that no window is left where one kills the
     // process without an answer to what it already read.
@@ -167,8 +192,9 @@ pub async fn serve(server: GateServer, grace: Duration) -> io::Result<()> {
         service: service.clone(),
     };
     // Restores stdin's and stdout's flags once the session is over.
-    let (reader, writer, _restore) = ends::open();
-    let transport = Framing::new(reader, writer, ending);
+    let (reader, writer, _restore) = ends::open(stdout);
+    let mut transport = Framing::new(reader, writer, ending);
+    transport.bare = (bare == Bare::AsCurrent).then_some(Adopting { initialized: false });
     let result = match server.serve_with_ct(transport, service).await {
         Ok(running) => match running.waiting().await {
             Ok(reason) => {
@@ -256,6 +282,41 @@ struct Framing<R, W> {
     ending: Ending,
     closing: Option<Closing>,
     closed: bool,
+    /// Set when bare requests are adopted ([`Bare::AsCurrent`]).
+    bare: Option<Adopting>,
+}
+
+/// Whether the connection has initialized: after `initialize`, a request without `_meta` belongs
+/// to that session and is left to rmcp.
+#[derive(Debug)]
+struct Adopting {
+    initialized: bool,
+}
+
+impl Adopting {
+    /// Gives a bare request the `_meta` of a 2026-07-28 request that declares no capabilities.
+    fn adopt(&mut self, message: &mut ClientJsonRpcMessage) {
+        use rmcp::model::{GetMeta, RequestMetaObject};
+        let JsonRpcMessage::Request(request) = message else {
+            return;
+        };
+        if matches!(request.request, ClientRequest::InitializeRequest(_)) {
+            self.initialized = true;
+            return;
+        }
+        if self.initialized {
+            return;
+        }
+        let meta = request.request.get_meta_mut();
+        if RequestMetaObject::DRAFT_REQUIRED_KEYS
+            .iter()
+            .any(|key| meta.0.0.contains_key(*key))
+        {
+            return;
+        }
+        meta.set_protocol_version(rmcp::model::ProtocolVersion::V_2026_07_28);
+        meta.set_client_capabilities(rmcp::model::ClientCapabilities::default());
+    }
 }
 
 impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Framing<R, W> {
@@ -276,6 +337,7 @@ impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Framing<R, W> {
             ending,
             closing: None,
             closed: false,
+            bare: None,
         }
     }
 
@@ -395,7 +457,12 @@ where
             // Cleared only after a whole line was handled, keeping its capacity.
             self.lines.line.clear();
             match judged {
-                Judged::Pass(message) => return Some(message),
+                Judged::Pass(mut message) => {
+                    if let Some(bare) = self.bare.as_mut() {
+                        bare.adopt(&mut message);
+                    }
+                    return Some(message);
+                }
                 Judged::Blank => {}
                 Judged::Answer(refusal) => {
                     tracing::warn!(

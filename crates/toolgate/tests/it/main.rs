@@ -6,6 +6,7 @@ mod eras;
 mod features;
 #[cfg(feature = "gateway")]
 mod in_process;
+mod kit;
 mod wire;
 
 use std::sync::Arc;

@@ -1,9 +1,12 @@
 //! Who is at the keyboard: the OS user this process runs as, for `local:<user>` (the stdio caller)
 //! and `human:<user>` (a person deciding approvals or flipping the kill switch).
 
+use toolgate_core::principal::Principal;
+
 /// The OS user name: `$USER`, `$LOGNAME`, else the name of this process's uid in `/etc/passwd`,
 /// else `uid-N`.
-pub(crate) fn os_user() -> String {
+#[must_use]
+pub fn os_user() -> String {
     for var in ["USER", "LOGNAME"] {
         // Who is at the keyboard is the login's business; the shell says so in these variables.
         #[allow(clippy::disallowed_methods)]
@@ -38,6 +41,13 @@ pub(crate) fn os_user() -> String {
 }
 
 /// The identity a person decides as unless they say otherwise.
-pub(crate) fn human() -> String {
+#[must_use]
+pub fn human() -> String {
     format!("human:{}", os_user())
+}
+
+/// Who calls on stdio: the local user this process runs as (`local:<user>`).
+#[must_use]
+pub fn local_principal() -> Principal {
+    Principal::new(format!("local:{}", os_user()))
 }
