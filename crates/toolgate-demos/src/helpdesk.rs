@@ -416,7 +416,7 @@ impl Toolset for Helpdesk {
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
-            call.gate.admit(call.name, &call.arguments, true)?;
+            call.admit()?;
             self.dispatch(call.name, call.arguments, &call.principal.sub)
         })
     }

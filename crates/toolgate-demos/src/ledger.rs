@@ -101,7 +101,7 @@ impl Ledger {
 
     async fn write_note(call: Call<'_>) -> CallResult {
         let gate = call.gate;
-        gate.admit("write_note", &call.arguments, true)?;
+        call.admit()?;
         let event = recorder(&call);
         let note: Note = match parse(call.arguments) {
             Ok(note) => note,
@@ -136,7 +136,7 @@ impl Ledger {
 
     async fn read_ledger(call: Call<'_>) -> CallResult {
         let gate = call.gate;
-        gate.admit("read_ledger", &call.arguments, true)?;
+        call.admit()?;
         let event = recorder(&call);
         if let Err(error) = parse::<ReadLedger>(call.arguments) {
             return refuse_invalid(gate, "read_ledger", event, &error).await;
@@ -161,7 +161,7 @@ impl Ledger {
 
     async fn rm_rf(call: Call<'_>) -> CallResult {
         let gate = call.gate;
-        gate.admit("rm_rf", &call.arguments, true)?;
+        call.admit()?;
         // Only reached when a policy allows it: say plainly that nothing happened.
         let event = recorder(&call)(Decision::Allow, Outcome::Failed);
         if let Err(unavailable) = gate.record(event).await {

@@ -93,6 +93,7 @@
 #![deny(missing_docs)]
 
 pub mod corridor;
+pub mod gate;
 #[cfg(feature = "gateway")]
 pub mod gateway;
 #[cfg(feature = "http")]

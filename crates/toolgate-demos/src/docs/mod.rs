@@ -299,7 +299,7 @@ impl Toolset for Docs {
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
         Box::pin(async move {
             // Defence in depth (seed 000): the handler repeats the policy's check itself.
-            call.gate.admit(call.name, &call.arguments, true)?;
+            call.admit()?;
             if call.name != "fetch_doc" {
                 return Err(CallError::unknown(call.name));
             }

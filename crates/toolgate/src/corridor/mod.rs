@@ -19,8 +19,6 @@ pub mod answer;
 mod approval;
 mod clean;
 mod execute;
-mod gate;
-mod limits;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -35,11 +33,12 @@ use toolgate_core::canonical;
 use toolgate_core::policy::Verdict;
 use toolgate_core::redact::Echoes;
 
+pub use crate::gate::{
+    AuditUnavailable, ENABLING, Gate, OpenError, RateLimits, enabling, request_label,
+};
 pub use answer::Answer;
 #[cfg(feature = "gateway")]
 pub(crate) use clean::{clean_tool_result, redact_prompt, redact_resource};
-pub use gate::{AuditUnavailable, ENABLING, Gate, OpenError, enabling, request_label};
-pub use limits::RateLimits;
 
 use crate::toolset::{Caller, Catalog, Toolset};
 

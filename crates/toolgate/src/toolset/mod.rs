@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::policy::Denial;
 use toolgate_core::principal::Principal;
 
-use crate::corridor::Gate;
+use crate::gate::Gate;
 
 /// The future a toolset returns for one call.
 pub type CallFuture<'a> =
@@ -125,6 +125,20 @@ pub struct Call<'a> {
     pub caller: Option<Caller>,
     /// The caller's progress token, when it asked for progress.
     pub progress_token: Option<ProgressToken>,
+}
+
+impl Call<'_> {
+    /// Repeats the gate's visibility and argument check for this call (defence in depth, seed
+    /// 000): a handler that changes things calls it before touching anything. Nothing is recorded
+    /// here; the corridor records the refusal once, as it records every answer.
+    ///
+    /// # Errors
+    /// [`CallError::Refused`] with the denial, to return from the handler.
+    pub fn admit(&self) -> Result<(), CallError> {
+        self.gate
+            .admission(self.name, &self.arguments, true)
+            .map_err(|(denial, visible)| CallError::Refused { denial, visible })
+    }
 }
 
 /// The client behind one request: where notifications and requests back to it go, which protocol

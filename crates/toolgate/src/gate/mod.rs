@@ -3,6 +3,9 @@
 //!
 //! Stores are optional so that a server with nothing that needs them (the seed's ledger) runs on the
 //! journal alone; a call that needs a store that is not there does not run (fail closed).
+//!
+//! It sits below both the corridor and the toolset contract and knows neither: a handler's `Call`
+//! carries the gate, the corridor walks calls through it, and neither import runs back here.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -19,8 +22,9 @@ use toolgate_store::idempotency::IdempotencyStore;
 use toolgate_store::journal::{Durability, Journal, JournalError, Receipt};
 use toolgate_store::state::StateStore;
 
-use super::limits::RateLimits;
-use crate::toolset::CallError;
+mod limits;
+
+pub use limits::RateLimits;
 
 /// The values of a gate variable that switch a gated tool on (seed 004), in any case.
 pub const ENABLING: &[&str] = &["1", "true", "yes", "on", "enable", "enabled", "allow"];
@@ -260,24 +264,9 @@ impl Gate {
         !self.open_gates.is_empty() && self.open_gates.contains(&self.policy.gate_env(tool))
     }
 
-    /// Visibility and argument rules for a call, for handlers that repeat the gate's check
-    /// (defence in depth, seed 000). Nothing is recorded here: the corridor records the refusal
-    /// once, as it records every answer.
-    ///
-    /// # Errors
-    /// [`CallError::Refused`] with the denial, to return from the handler.
-    pub fn admit(
-        &self,
-        tool: &str,
-        arguments: &Map<String, Value>,
-        registered: bool,
-    ) -> Result<(), CallError> {
-        self.admission(tool, arguments, registered)
-            .map_err(|(denial, visible)| CallError::Refused { denial, visible })
-    }
-
-    /// The decision of [`Gate::admit`]: the denial, and whether the tool is visible to the caller
-    /// (then the answer may name the rule).
+    /// Visibility and argument rules for a call: the denial, and whether the tool is visible to
+    /// the caller (then the answer may name the rule). Nothing is recorded here. A handler repeats
+    /// the check with `toolset::Call::admit`.
     ///
     /// # Errors
     /// The call is refused.
