@@ -161,3 +161,91 @@ fn the_seed_transcript_refuses_delete_note_with_its_dry_run_then_deletes_when_en
         ]
     );
 }
+
+/// A kit server on Streamable HTTP (`Built::serve_http`), over a real socket: the same gate, the
+/// same refusal, a 2026-07-28 call in one POST.
+#[cfg(feature = "http")]
+#[tokio::test]
+async fn a_kit_server_serves_streamable_http_behind_the_same_gate() {
+    use toolgate::http::HttpConfig;
+    use toolgate::kit::{Env, Server, Tool, ok_result};
+
+    let data = tempfile::tempdir().expect("data dir");
+    let built = Server::new("shop")
+        .env(Env::default())
+        .data_dir(data.path())
+        .tool(
+            Tool::new("greet")
+                .handler(|_: serde_json::Map<String, Value>, _ctx| async { ok_result("hello") }),
+        )
+        .tool(
+            Tool::new("refund")
+                .gated()
+                .handler(|_: serde_json::Map<String, Value>, _ctx| async { ok_result("refunded") }),
+        )
+        .build()
+        .await
+        .expect("kit server");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let bound = listener.local_addr().expect("address");
+    let url = format!("http://{bound}/mcp");
+    let config = HttpConfig::new(&url)
+        .expect("resource")
+        .with_loopback_origins(bound);
+    let serving = tokio::spawn(built.serve_http(listener, config, None));
+    // reqwest is built without a TLS provider of its own; plain HTTP still asks for one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::new();
+    let call = |tool: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": tool, "arguments": {}, "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {}}}});
+        client
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", tool)
+            .body(body.to_string())
+            .send()
+    };
+    let answer = |text: String| -> Value {
+        // JSON, or one SSE event whose data is the answer.
+        let json = text
+            .lines()
+            .find_map(|l| l.strip_prefix("data:"))
+            .map_or(text.as_str(), str::trim)
+            .to_owned();
+        serde_json::from_str(&json).unwrap_or_else(|e| panic!("{text:?}: {e}"))
+    };
+    let greeted = answer(
+        call("greet")
+            .await
+            .expect("POST")
+            .text()
+            .await
+            .expect("body"),
+    );
+    assert_eq!(
+        greeted["result"]["structuredContent"]["data"], "hello",
+        "{greeted}"
+    );
+    let refused = answer(
+        call("refund")
+            .await
+            .expect("POST")
+            .text()
+            .await
+            .expect("body"),
+    );
+    let refusal = &refused["result"]["structuredContent"];
+    assert_eq!(refusal["reason"], "gated", "{refused}");
+    assert_eq!(refusal["enable_with"]["env_var"], "SHOP_ALLOW_GATED");
+    serving.abort();
+    let audit = std::fs::read_to_string(data.path().join("audit.jsonl")).expect("audit log");
+    assert_eq!(audit.lines().count(), 2, "{audit}");
+}
