@@ -430,3 +430,94 @@ fn tasks_pass_from_every_upstream_unless_the_policy_names_fewer() {
     let typo = Policy::from_bytes(b"version = 2\n[passthrough]\ntasks = \"jobs\"\n");
     assert!(typo.is_err(), "a list is required: {typo:?}");
 }
+
+// What a kit's code declares, laid under the policy (`declared.rs`).
+
+fn decide_open(policy: &Policy, tool: &str, open: bool) -> Action {
+    let assessment = policy.assess(tool, &Map::new(), &Principal::new("local:test"));
+    policy.decide(tool, &assessment, open).action
+}
+
+#[test]
+fn a_kit_without_a_policy_file_runs_every_tool_and_gates_what_the_code_gates() {
+    let mut policy = Policy::for_kit("notes-mcp", Duration::from_secs(60)).unwrap();
+    let gated = Declared {
+        gated: true,
+        ..Declared::default()
+    };
+    policy.declare("delete_note", &gated).unwrap();
+    assert!(policy.visible("list_notes") && policy.visible("delete_note"));
+    assert_eq!(decide_open(&policy, "list_notes", false), Action::Run);
+    assert_eq!(
+        decide_open(&policy, "delete_note", false),
+        Action::RefuseWithDryRun
+    );
+    assert_eq!(decide_open(&policy, "delete_note", true), Action::Run);
+    assert_eq!(policy.gate_env("delete_note"), "NOTES_ALLOW_GATED");
+    assert_eq!(policy.timeout("list_notes"), Duration::from_secs(60));
+    // The same name and timeout read the same policy: its hash names it in every record.
+    let again = Policy::for_kit("notes-mcp", Duration::from_secs(60)).unwrap();
+    assert_eq!(policy.sha256(), again.sha256());
+    assert!(Policy::for_kit("no spaces", Duration::from_secs(1)).is_err());
+    assert!(Policy::for_kit("notes", Duration::ZERO).is_err());
+}
+
+#[test]
+fn a_policy_file_cannot_ungate_what_the_code_gates_but_its_own_settings_win() {
+    let file = b"version = 2\n[defaults]\ntier = \"low\"\n\n[tools.wipe]\ngate_env = \"FILE_SWITCH\"\ntimeout = \"2s\"\n\n[tools.read]\ntier = \"high\"\n";
+    let mut policy = Policy::from_bytes(file).unwrap();
+    let sha = policy.sha256().to_owned();
+    policy.name_if_unnamed("kit");
+    let code = Declared {
+        gated: true,
+        gate_env: Some("CODE_SWITCH".to_owned()),
+        timeout: Some(Duration::from_secs(9)),
+    };
+    policy.declare("wipe", &code).unwrap();
+    policy.declare("read", &Declared::default()).unwrap();
+    policy
+        .declare(
+            "other",
+            &Declared {
+                timeout: Some(Duration::from_secs(7)),
+                ..Declared::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(
+        decide_open(&policy, "wipe", false),
+        Action::RefuseWithDryRun,
+        "the file does not say gated; the code does"
+    );
+    assert_eq!(policy.gate_env("wipe"), "FILE_SWITCH");
+    assert_eq!(policy.timeout("wipe"), Duration::from_secs(2));
+    assert_eq!(policy.timeout("other"), Duration::from_secs(7));
+    assert_eq!(decide_open(&policy, "read", false), Action::NeedsApproval);
+    assert_eq!(policy.gate_env("unnamed_tool"), "KIT_ALLOW_GATED");
+    assert_eq!(
+        policy.sha256(),
+        sha,
+        "the file's hash still names the policy"
+    );
+    let bad = Declared {
+        gate_env: Some("NOT A NAME".to_owned()),
+        ..Declared::default()
+    };
+    assert!(policy.declare("wipe", &bad).is_err());
+}
+
+#[test]
+fn a_version_1_policy_keeps_refusing_a_tool_it_does_not_allow_as_not_allowed() {
+    let mut policy = Policy::from_json(br#"{"version":1,"allow":["x"]}"#).unwrap();
+    let gated = Declared {
+        gated: true,
+        ..Declared::default()
+    };
+    policy.declare("y", &gated).unwrap();
+    policy.declare("x", &gated).unwrap();
+    assert_eq!(
+        policy.admit("y", &Map::new()).unwrap_err().rule,
+        "not_allowed"
+    );
+    assert_eq!(decide_open(&policy, "x", false), Action::RefuseWithDryRun);
+}
