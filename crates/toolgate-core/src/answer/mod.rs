@@ -554,7 +554,7 @@ impl<R> Answer<R> {
                     "enable_with": {
                         "env_var": gate_env,
                         "set_to": "1",
-                        "accepted": ["1", "true", "yes", "on", "enable", "enabled", "allow"],
+                        "accepted": crate::policy::ENABLING,
                         "scope": "this server's process environment",
                     },
                     "default_state": format!("disabled: {gate_env} is unset or not set to an enabling value"),

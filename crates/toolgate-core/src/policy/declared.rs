@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use super::{Policy, PolicyError, invalid};
+use super::{Policy, PolicyError, check_gate_env, check_name, invalid};
 
 /// What a kit's code declares about one tool.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -38,16 +38,8 @@ impl Policy {
                 "must be at least 1 ms".to_owned(),
             ));
         }
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        {
-            return Err(invalid(
-                "name",
-                format!("{name:?} must be letters, digits, '-' or '_'"),
-            ));
-        }
+        // Checked before it is written into the TOML text, where a quote would break the text.
+        check_name(name)?;
         let text = format!(
             "version = 2\nname = \"{name}\"\n\n[defaults]\ntier = \"low\"\ntimeout = \"{millis}ms\"\n"
         );
@@ -60,13 +52,8 @@ impl Policy {
     /// # Errors
     /// The declared `gate_env` is not an environment variable name; the policy is unchanged.
     pub fn declare(&mut self, tool: &str, declared: &Declared) -> Result<(), PolicyError> {
-        if let Some(env) = &declared.gate_env
-            && (env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        {
-            return Err(invalid(
-                &format!("tools.{tool}.gate_env"),
-                format!("{env:?} is not an environment variable name"),
-            ));
+        if let Some(env) = &declared.gate_env {
+            check_gate_env(&format!("tools.{tool}.gate_env"), env)?;
         }
         if *declared == Declared::default() || (self.version == 1 && !self.tools.contains_key(tool))
         {

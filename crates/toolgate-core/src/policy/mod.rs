@@ -169,6 +169,17 @@ impl Default for Defaults {
     }
 }
 
+/// The values of a gate variable that switch its gated tools on (seed 004), in any case.
+pub const ENABLING: &[&str] = &["1", "true", "yes", "on", "enable", "enabled", "allow"];
+
+/// Whether `value` of a gate variable switches its tools on: one of [`ENABLING`], in any case,
+/// around any whitespace. Anything else (`0`, empty, `no`, a typo) leaves them off.
+#[must_use]
+pub fn enabling(value: &str) -> bool {
+    let value = value.trim();
+    ENABLING.iter().any(|e| value.eq_ignore_ascii_case(e))
+}
+
 /// A validated policy.
 #[derive(Debug)]
 pub struct Policy {
@@ -423,16 +434,8 @@ impl Policy {
             timeout: dur(d.timeout.as_deref(), "defaults.timeout")?.unwrap_or(base.timeout),
             rate_limit: rate_limit(d.rate_limit, "defaults.rate_limit")?,
         };
-        if let Some(name) = &raw.name
-            && (name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
-        {
-            return Err(invalid(
-                "name",
-                format!("{name:?} must be letters, digits, '-' or '_'"),
-            ));
+        if let Some(name) = &raw.name {
+            check_name(name)?;
         }
         let defaults_requests = ClientRequests::default();
         let mut tools = BTreeMap::new();
@@ -813,13 +816,8 @@ fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
             ),
         ));
     }
-    if let Some(env) = &raw.gate_env
-        && (env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-    {
-        return Err(invalid(
-            &field("gate_env"),
-            format!("{env:?} is not an environment variable name"),
-        ));
+    if let Some(env) = &raw.gate_env {
+        check_gate_env(&field("gate_env"), env)?;
     }
     Ok(ToolRule {
         tier,
@@ -893,6 +891,32 @@ fn dur(text: Option<&str>, field: &str) -> Result<Option<Duration>, PolicyError>
         })
     })
     .transpose()
+}
+
+/// A policy's `name`, which is also its gate prefix: letters, digits, `-` or `_`.
+fn check_name(name: &str) -> Result<(), PolicyError> {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(invalid(
+            "name",
+            format!("{name:?} must be letters, digits, '-' or '_'"),
+        ));
+    }
+    Ok(())
+}
+
+/// A gate variable named at `field`: an environment variable name.
+fn check_gate_env(field: &str, env: &str) -> Result<(), PolicyError> {
+    if env.is_empty() || !env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(invalid(
+            field,
+            format!("{env:?} is not an environment variable name"),
+        ));
+    }
+    Ok(())
 }
 
 fn invalid(field: &str, detail: String) -> PolicyError {

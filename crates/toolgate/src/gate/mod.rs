@@ -26,16 +26,7 @@ mod limits;
 
 pub use limits::RateLimits;
 
-/// The values of a gate variable that switch a gated tool on (seed 004), in any case.
-pub const ENABLING: &[&str] = &["1", "true", "yes", "on", "enable", "enabled", "allow"];
-
-/// Whether `value` of a gate variable switches its tools on: one of [`ENABLING`], in any case,
-/// around any whitespace. Anything else (`0`, empty, `no`, a typo) leaves them off.
-#[must_use]
-pub fn enabling(value: &str) -> bool {
-    let value = value.trim();
-    ENABLING.iter().any(|e| value.eq_ignore_ascii_case(e))
-}
+pub use toolgate_core::policy::{ENABLING, enabling};
 
 /// Why a gate could not be opened on a data directory.
 #[derive(Debug, thiserror::Error)]
