@@ -195,7 +195,7 @@ impl Logger {
         if !self.enabled(level) {
             return;
         }
-        let text = super::secrets::scrub(&self.redactor.redact(&message.to_string()));
+        let text = super::secrets::redact(&self.redactor, &message.to_string());
         let line = serde_json::json!({
             "ts": toolgate_core::time::rfc3339(toolgate_core::time::now_ms()),
             "level": level.as_str(),

@@ -4,11 +4,12 @@
 //! The registry is process-wide, as the seed's is: a secret registered anywhere in the program is
 //! known to every server it runs. Secrets registered before a server starts are part of its
 //! redactor (log lines, errors, echoed arguments, results); one registered while it serves is
-//! still scrubbed from the kit's own log lines and tool errors ([`scrub`]).
+//! still scrubbed from the kit's own log lines and tool errors ([`redact`]).
 
 use std::path::Path;
 use std::sync::{Arc, RwLock};
 
+use toolgate_core::redact::Redactor;
 use toolgate_core::secret::Secret;
 
 /// Values shorter than this are not registered: replacing every "ab" in every log line would
@@ -78,9 +79,14 @@ pub(crate) fn registered() -> Vec<Secret> {
         .collect()
 }
 
-/// `text` with every registered secret replaced, including those registered after the server
-/// started.
-pub(crate) fn scrub(text: &str) -> String {
+/// `text` as the kit writes it to a log or an error: through the server's redactor, then with
+/// every registered secret replaced, including those registered after the server started.
+pub(crate) fn redact(redactor: &Redactor, text: &str) -> String {
+    scrub(&redactor.redact(text))
+}
+
+/// `text` with every registered secret replaced.
+fn scrub(text: &str) -> String {
     let registry = crate::read(&REGISTRY);
     let mut text = text.to_owned();
     for value in registry.iter() {

@@ -289,19 +289,14 @@ impl Server {
             redactor: redactor.clone(),
         });
         let toolset = KitToolset::new(self.tools, shared);
-        if let Some((tool, why)) = crate::toolset::Toolset::catalog(&toolset)
-            .all_withheld()
-            .iter()
-            .next()
-        {
+        let catalog = crate::toolset::Toolset::catalog(&toolset);
+        if let Some((tool, why)) = catalog.all_withheld().iter().next() {
             return Err(KitError::Tool {
                 tool: tool.clone(),
                 problem: why.reason.clone(),
             });
         }
-        for warning in
-            policy.check_tools(&crate::toolset::Toolset::catalog(&toolset).argument_types())?
-        {
+        for warning in policy.check_tools(&catalog.argument_types())? {
             tracing::warn!(%warning, "policy");
         }
         let dir = match self.data_dir {
@@ -401,7 +396,7 @@ impl Built {
         let result = if self.guard_stdout {
             let redactor = self.redactor.clone();
             let scrub: crate::stdio::guard::Scrub =
-                Arc::new(move |text| super::secrets::scrub(&redactor.redact(text)));
+                Arc::new(move |text| super::secrets::redact(&redactor, text));
             let guard = crate::stdio::guard::StrayStdout::install(scrub)?;
             crate::stdio::serve_on(self.server, self.grace, guard.protocol(), self.bare).await
         } else {

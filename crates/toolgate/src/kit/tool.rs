@@ -261,7 +261,7 @@ impl Shared {
     }
 
     fn redact(&self, text: &str) -> String {
-        super::secrets::scrub(&self.redactor.redact(text))
+        super::secrets::redact(&self.redactor, text)
     }
 }
 
