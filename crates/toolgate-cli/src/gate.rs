@@ -121,7 +121,7 @@ pub(crate) async fn serve(
     http: &crate::http::HttpArgs,
 ) -> anyhow::Result<ExitCode> {
     let journal = gate.journal().clone();
-    let sweeper = tokio::spawn(toolgate::server::audit_resolutions(gate.clone()));
+    let sweeper = toolgate::server::Sweeper::start(&gate);
     let server = GateServer::new(gate, toolset);
     if http.enabled() {
         crate::http::serve(server, http, grace).await?;
@@ -130,7 +130,7 @@ pub(crate) async fn serve(
             .await
             .context("stdio transport failed")?;
     }
-    sweeper.abort();
+    drop(sweeper);
     let stats = journal.stats();
     tracing::info!(
         records = stats.records,

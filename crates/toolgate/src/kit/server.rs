@@ -392,7 +392,7 @@ impl Built {
     /// # Errors
     /// The transport failed, or stdout could not be guarded.
     pub async fn serve_stdio(self) -> Result<(), KitError> {
-        let sweeper = tokio::spawn(crate::server::audit_resolutions(self.server.gate().clone()));
+        let _sweeper = crate::server::Sweeper::start(self.server.gate());
         let result = if self.guard_stdout {
             let redactor = self.redactor.clone();
             let scrub: crate::stdio::guard::Scrub =
@@ -403,7 +403,6 @@ impl Built {
             let stdout = std::io::stdout();
             crate::stdio::serve_on(self.server, self.grace, stdout.as_fd(), self.bare).await
         };
-        sweeper.abort();
         Ok(result?)
     }
 
@@ -420,12 +419,11 @@ impl Built {
         config: crate::http::HttpConfig,
         verifier: Option<Arc<crate::http::Verifier>>,
     ) -> Result<(), KitError> {
-        let sweeper = tokio::spawn(crate::server::audit_resolutions(self.server.gate().clone()));
+        let _sweeper = crate::server::Sweeper::start(self.server.gate());
         let shutdown = self.server.shutdown();
         tokio::spawn(crate::http::stop_on_signal(shutdown.clone()));
         let app = crate::http::router(self.server, config.clone(), verifier, shutdown.clone());
         let result = crate::http::serve(listener, app, &config, shutdown, self.grace).await;
-        sweeper.abort();
         Ok(result?)
     }
 }

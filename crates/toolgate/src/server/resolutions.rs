@@ -20,6 +20,24 @@ use super::Gate;
 /// How often decided approvals are looked for.
 const EVERY: Duration = Duration::from_millis(500);
 
+/// [`audit_resolutions`] on a task of its own while a server serves: stopped when dropped.
+#[derive(Debug)]
+pub struct Sweeper(tokio::task::JoinHandle<()>);
+
+impl Sweeper {
+    /// Starts recording `gate`'s resolutions.
+    #[must_use]
+    pub fn start(gate: &Gate) -> Self {
+        Self(tokio::spawn(audit_resolutions(gate.clone())))
+    }
+}
+
+impl Drop for Sweeper {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Runs until the task is dropped; records every resolved approval once, and each change of the
 /// kill switch it sees (flips faster than its period collapse into the last one).
 pub async fn audit_resolutions(gate: Gate) {
