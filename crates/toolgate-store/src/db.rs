@@ -34,7 +34,7 @@ pub const DB_FILE: &str = "toolgate.db";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Migration `i` takes a file from `user_version` `i` to `i + 1`, and ends by writing that version.
-const MIGRATIONS: [&str; 2] = [SCHEMA_V1, SCHEMA_V2];
+const MIGRATIONS: [&str; 3] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
 
 /// The `user_version` of a file whose schema is complete: the number of migrations.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -112,6 +112,40 @@ CREATE TABLE idempotency (
 CREATE INDEX idempotency_unresolved ON idempotency (created_at) WHERE state <> 'done';
 
 PRAGMA user_version = 2;
+";
+
+/// The kill switch for one principal (an agent), and the agents' runs (see [`crate::state`] and
+/// [`crate::runs`]).
+///
+/// A principal is switched off by its row being there: turning it back on deletes the row, so
+/// the check is one lookup by primary key. A run's `state` is the JSON the agent loop resumes
+/// from; a finished or aborted run is final (the store refuses to change it).
+const SCHEMA_V3: &str = "
+CREATE TABLE killswitch_principals (
+    principal  TEXT    PRIMARY KEY,
+    changed_by TEXT    NOT NULL,
+    changed_at INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE agent_runs (
+    seq         INTEGER PRIMARY KEY,
+    id          TEXT    NOT NULL UNIQUE,
+    agent       TEXT    NOT NULL,
+    status      TEXT    NOT NULL
+                CHECK (status IN ('running', 'paused', 'finished', 'aborted', 'failed')),
+    -- The approval a paused run waits for.
+    approval_id TEXT    CHECK (approval_id IS NULL OR status = 'paused'),
+    input       TEXT    NOT NULL,
+    state       TEXT    NOT NULL,
+    steps       INTEGER NOT NULL,
+    -- The final answer, or why the run was aborted or failed.
+    outcome     TEXT,
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+);
+CREATE INDEX agent_runs_by_status ON agent_runs (status, seq);
+
+PRAGMA user_version = 3;
 ";
 
 /// Opens (creating if needed) `dir/toolgate.db` with its schema.

@@ -72,6 +72,21 @@ pub enum StoreError {
         /// The approval's id.
         id: String,
     },
+    /// An agent run's row holds a value this build cannot read (malformed state, an unknown
+    /// status).
+    #[error("run {id} cannot be read: {reason}")]
+    RunCorrupt {
+        /// The run's id.
+        id: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A run with this id already exists.
+    #[error("run {id} already exists")]
+    RunExists {
+        /// The run's id.
+        id: String,
+    },
     /// The kill switch's stamp file could not be created or replaced. When this follows a change
     /// of the switch, the change is committed but running servers may not see it until their
     /// stamp changes again.

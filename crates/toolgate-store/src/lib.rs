@@ -8,7 +8,8 @@
 //! - [`approval`]: the approval queue, one row per gated call that waits for a person;
 //! - [`state`]: the kill switch and the per-principal budget of medium-tier calls;
 //! - [`idempotency`]: the idempotency keys of mutations forwarded upstream, so that a retried call
-//!   has one effect.
+//!   has one effect;
+//! - [`runs`]: the agents' runs, paused while a person decides and resumed after.
 //!
 //! What it must not do: decide policy, or know any toolset. It only makes decisions and effects
 //! durable, in order, exactly once, and enforces the rules of the queue, the switch, the budgets
@@ -67,4 +68,5 @@ mod db;
 mod error;
 pub mod idempotency;
 pub mod journal;
+pub mod runs;
 pub mod state;

@@ -1,7 +1,7 @@
-//! Gate-wide state that must hold across processes and restarts: the kill switch and the
-//! per-principal budget of medium-tier calls.
+//! Gate-wide state that must hold across processes and restarts: the kill switch (for everyone,
+//! and for one principal such as an agent) and the per-principal budget of medium-tier calls.
 //!
-//! Owns the `killswitch` and `budget_charges` tables of `toolgate.db` (the same file as the
+//! Owns the `killswitch`, `killswitch_principals` and `budget_charges` tables of `toolgate.db` (the same file as the
 //! approval queue, opened through the same code). It does not decide what the switch stops or
 //! what the budget allows: the gate and the policy do, and a read error here must stop gated
 //! calls (fail closed), never count as "switch off" or "within budget".
@@ -15,6 +15,7 @@
 #[cfg(test)]
 mod tests;
 
+use std::collections::BTreeSet;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -45,8 +46,38 @@ pub struct StateStore {
     pool: SqlitePool,
     /// `dir/killswitch.stamp`, rewritten after every change of the switch.
     stamp: PathBuf,
-    /// The switch as last read, with the stamp it was read under.
-    cached: Arc<Mutex<Option<(Stamp, bool)>>>,
+    /// The switches as last read, with the stamp they were read under.
+    cached: Arc<Mutex<Option<Cached>>>,
+}
+
+/// The switches as read under one stamp.
+type Cached = (Stamp, Arc<Switches>);
+
+/// Every switch that is on, as read together.
+#[derive(Debug, Default)]
+struct Switches {
+    all: bool,
+    principals: BTreeSet<String>,
+}
+
+/// What the kill switch stops for one caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blocked {
+    /// The switch for everyone is on.
+    All,
+    /// The switch for this principal is on.
+    Principal,
+}
+
+/// The kill switch of one principal that is on.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PrincipalSwitch {
+    /// The principal whose every call is blocked (e.g. `agent:support-bot`).
+    pub principal: String,
+    /// Who turned it on.
+    pub changed_by: String,
+    /// When (unix milliseconds).
+    pub changed_at: i64,
 }
 
 /// What identifies one version of the stamp file: each write renames a new file into place, so the
@@ -105,6 +136,27 @@ impl StateStore {
     /// # Errors
     /// The database could not answer; the caller must then treat the switch as on.
     pub async fn killswitch_on(&self) -> Result<bool, StoreError> {
+        Ok(self.switches().await?.all)
+    }
+
+    /// Whether a switch stops `principal`'s calls: the one for everyone, or its own. Read as
+    /// [`StateStore::killswitch_on`] reads, from the database only after a change.
+    ///
+    /// # Errors
+    /// The database could not answer; the caller must then treat the principal as blocked.
+    pub async fn blocks(&self, principal: &str) -> Result<Option<Blocked>, StoreError> {
+        let switches = self.switches().await?;
+        Ok(if switches.all {
+            Some(Blocked::All)
+        } else if switches.principals.contains(principal) {
+            Some(Blocked::Principal)
+        } else {
+            None
+        })
+    }
+
+    /// Every switch, from the cache while the stamp file is unchanged.
+    async fn switches(&self) -> Result<Arc<Switches>, StoreError> {
         let stamp = std::fs::metadata(&self.stamp).ok().map(|m| {
             (
                 m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
@@ -113,16 +165,97 @@ impl StateStore {
             )
         });
         if let Some(stamp) = stamp
-            && let Some((seen, on)) = *self.cached.lock().unwrap_or_else(PoisonError::into_inner)
-            && seen == stamp
+            && let Some((seen, switches)) =
+                &*self.cached.lock().unwrap_or_else(PoisonError::into_inner)
+            && *seen == stamp
         {
-            return Ok(on);
+            return Ok(Arc::clone(switches));
         }
-        let on = self.killswitch().await?.on;
+        let switches = Arc::new(Switches {
+            all: self.killswitch().await?.on,
+            principals: self
+                .principal_switches()
+                .await?
+                .into_iter()
+                .map(|s| s.principal)
+                .collect(),
+        });
         if let Some(stamp) = stamp {
-            *self.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some((stamp, on));
+            *self.cached.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some((stamp, Arc::clone(&switches)));
         }
-        Ok(on)
+        Ok(switches)
+    }
+
+    /// The principals whose own switch is on, oldest first.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn principal_switches(&self) -> Result<Vec<PrincipalSwitch>, StoreError> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT principal, changed_by, changed_at FROM killswitch_principals
+             ORDER BY changed_at, principal",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query(
+            "cannot read the principals' kill switches",
+        ))?;
+        Ok(rows
+            .into_iter()
+            .map(|(principal, changed_by, changed_at)| PrincipalSwitch {
+                principal,
+                changed_by,
+                changed_at,
+            })
+            .collect())
+    }
+
+    /// Turns `principal`'s own switch on or off; `true` when that changed its state. Every
+    /// server on the data directory obeys from its next call, as for the switch for everyone.
+    ///
+    /// # Errors
+    /// The database could not answer; the switch may or may not have changed.
+    pub async fn set_principal_killswitch(
+        &self,
+        principal: &str,
+        on: bool,
+        by: &str,
+        now: i64,
+    ) -> Result<bool, StoreError> {
+        let changed = if on {
+            sqlx::query(
+                "INSERT INTO killswitch_principals (principal, changed_by, changed_at)
+                 VALUES (?1, ?2, ?3) ON CONFLICT (principal) DO NOTHING",
+            )
+            .bind(principal)
+            .bind(by)
+            .bind(now)
+            .execute(&self.pool)
+            .await
+        } else {
+            sqlx::query("DELETE FROM killswitch_principals WHERE principal = ?1")
+                .bind(principal)
+                .execute(&self.pool)
+                .await
+        }
+        .map_err(StoreError::query("cannot change a principal's kill switch"))?;
+        self.restamp(now, &format!("{principal} {on}"))?;
+        Ok(changed.rows_affected() == 1)
+    }
+
+    /// Renames a new stamp into place (a new inode), so that every server re-reads the switches
+    /// on its next call.
+    fn restamp(&self, now: i64, what: &str) -> Result<(), StoreError> {
+        let fresh = self
+            .stamp
+            .with_extension(format!("stamp.{}", uuid_like(now)));
+        std::fs::write(&fresh, format!("{now} {what}\n"))
+            .and_then(|()| std::fs::rename(&fresh, &self.stamp))
+            .map_err(|source| StoreError::Stamp {
+                path: self.stamp.clone(),
+                source,
+            })
     }
 
     /// The switch as last set by anyone, in any process.
@@ -179,17 +312,7 @@ impl StateStore {
         tx.commit()
             .await
             .map_err(StoreError::query("cannot commit the kill switch"))?;
-        // A new stamp (a new inode, renamed into place) makes every server re-read the switch on
-        // its next call.
-        let fresh = self
-            .stamp
-            .with_extension(format!("stamp.{}", uuid_like(now)));
-        std::fs::write(&fresh, format!("{now} {engaged}\n"))
-            .and_then(|()| std::fs::rename(&fresh, &self.stamp))
-            .map_err(|source| StoreError::Stamp {
-                path: self.stamp.clone(),
-                source,
-            })?;
+        self.restamp(now, &engaged.to_string())?;
         Ok(KillSwitch {
             on: engaged,
             changed_by,

@@ -191,3 +191,53 @@ async fn a_cached_reader_sees_a_switch_flipped_through_another_handle_on_its_nex
         assert_eq!(server.killswitch_on().await.unwrap(), on);
     }
 }
+
+#[tokio::test]
+async fn a_principal_switch_blocks_that_principal_only_and_every_reader_sees_it_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = StateStore::open(dir.path()).await.unwrap();
+    let operator = StateStore::open(dir.path()).await.unwrap();
+    assert_eq!(server.blocks("agent:bot").await.unwrap(), None);
+    assert!(
+        operator
+            .set_principal_killswitch("agent:bot", true, "human:op", T0)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        server.blocks("agent:bot").await.unwrap(),
+        Some(Blocked::Principal)
+    );
+    assert_eq!(server.blocks("agent:other").await.unwrap(), None);
+    assert!(!server.killswitch_on().await.unwrap(), "not the global one");
+    // Turning it on again changes nothing and keeps who did it first.
+    assert!(
+        !operator
+            .set_principal_killswitch("agent:bot", true, "human:late", T0 + 1)
+            .await
+            .unwrap()
+    );
+    let listed = server.principal_switches().await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].changed_by, "human:op");
+    // The switch for everyone covers every principal; off again, the principal is back.
+    operator
+        .set_killswitch(true, "human:op", T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        server.blocks("agent:other").await.unwrap(),
+        Some(Blocked::All)
+    );
+    operator
+        .set_killswitch(false, "human:op", T0 + 3)
+        .await
+        .unwrap();
+    assert!(
+        operator
+            .set_principal_killswitch("agent:bot", false, "human:op", T0 + 4)
+            .await
+            .unwrap()
+    );
+    assert_eq!(server.blocks("agent:bot").await.unwrap(), None);
+}
