@@ -12,12 +12,13 @@ use serde_json::{Value, json};
 use toolgate_core::policy::{Action, Denial, Tier, Verdict};
 use toolgate_core::sanitize;
 use toolgate_core::time::now_ms;
+use toolgate_store::state::Blocked;
 
 use super::{Answer, CallState, Corridor, Flow};
 
 impl Corridor<'_> {
     /// Nothing runs once the audit log has failed (only a restart brings it back) or while the kill
-    /// switch is on; a switch that cannot be read counts as on.
+    /// switch is on, for everyone or for this caller; a switch that cannot be read counts as on.
     pub(super) async fn kill_switch(&self, call: &CallState<'_>) -> Flow {
         if self.gate.audit_failed() {
             return Break(Answer::NotRun {
@@ -28,14 +29,18 @@ impl Corridor<'_> {
         let Some(state) = self.gate.state() else {
             return Continue(());
         };
-        let on = state.killswitch_on().await.unwrap_or_else(|error| {
-            tracing::error!(error = %error, "kill switch unreadable; refusing");
-            true
-        });
-        if on {
-            return Break(denied(call.name, "killswitch", false));
+        let blocked = state
+            .blocks(&self.gate.principal().sub)
+            .await
+            .unwrap_or_else(|error| {
+                tracing::error!(error = %error, "kill switch unreadable; refusing");
+                Some(Blocked::All)
+            });
+        match blocked {
+            None => Continue(()),
+            Some(Blocked::All) => Break(denied(call.name, "killswitch", false)),
+            Some(Blocked::Principal) => Break(denied(call.name, "killswitch.principal", false)),
         }
-        Continue(())
     }
 
     /// A tool the caller may not see, or a call that breaks a policy argument rule, is refused

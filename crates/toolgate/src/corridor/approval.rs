@@ -64,9 +64,21 @@ impl Corridor<'_> {
                 return Break(refused_by_person(call, &row));
             }
             Some(row) if row.status == Status::Pending => row,
-            _ => self.open_request(call, &verdict, store, print, ttl).await?,
+            _ => {
+                if let Some(why) = &call.approvals_closed {
+                    return Break(Answer::NotRun {
+                        rule: "approvals.closed".to_owned(),
+                        why: why.clone(),
+                    });
+                }
+                self.open_request(call, &verdict, store, print, ttl).await?
+            }
         };
-        let current = self.hold(call, store, row).await?;
+        let current = if call.hold {
+            self.hold(call, store, row).await?
+        } else {
+            row
+        };
         match current.status {
             Status::Approved => self.approved(call, &verdict, store, current).await,
             Status::Denied | Status::Expired => Break(refused_by_person(call, &current)),

@@ -101,21 +101,23 @@ impl Corridor<'_> {
         Continue(())
     }
 
-    /// The key the policy names for this call: `None` when the tool has none (or keeps its own),
-    /// an invalid-arguments answer when the argument that should carry it is missing.
+    /// The key the policy names for this call, else the caller's own: `None` when there is
+    /// neither (or the tool keeps its own), an invalid-arguments answer when the argument that
+    /// should carry the policy's key is missing.
     fn idempotency_key(&self, call: &CallState<'_>) -> Flow<Option<String>> {
         let name = call.name;
+        if self.toolset.records_itself(name) {
+            return Continue(None);
+        }
         let Some(arg) = self
             .gate
             .policy()
             .rule(name)
             .and_then(|r| r.idempotency_key.as_deref())
         else {
-            return Continue(None);
+            // The caller's own key for this call (the agent's, one per tool call), if it gave one.
+            return Continue(call.own_key.clone());
         };
-        if self.toolset.records_itself(name) {
-            return Continue(None);
-        }
         if arg == WHOLE_ARGUMENTS {
             return Continue(Some(call.digest.clone()));
         }

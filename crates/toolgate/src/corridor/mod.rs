@@ -30,7 +30,7 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::audit::{Decision, Event};
 use toolgate_core::canonical;
-use toolgate_core::policy::Verdict;
+use toolgate_core::policy::{Tier, Verdict};
 use toolgate_core::redact::Echoes;
 
 pub use crate::gate::{
@@ -74,6 +74,14 @@ pub(crate) struct CallState<'c> {
     approval: Option<String>,
     /// The idempotency key this call claimed, settled after the run.
     key: Option<String>,
+    /// The caller's own idempotency key for the call (the agent's, one per tool call), used when
+    /// the policy names none for the tool.
+    own_key: Option<String>,
+    /// Whether a call that needs a person is held open for the policy's wait (an MCP client's
+    /// call), or answers pending at once (the agent, which pauses its run instead).
+    hold: bool,
+    /// Set when the caller may open no new approval request (the agent's cap per run): why.
+    approvals_closed: Option<String>,
     /// Whether the handler was started (a lost record then makes the answer in doubt, and a
     /// cancellation is the handler's, not a waiting call's).
     started: bool,
@@ -106,6 +114,9 @@ impl<'c> CallState<'c> {
             verdict: None,
             approval: None,
             key: None,
+            own_key: None,
+            hold: true,
+            approvals_closed: None,
             started: false,
             detail: Vec::new(),
             ct,
@@ -120,6 +131,25 @@ impl<'c> CallState<'c> {
     pub(crate) fn with_caller(mut self, caller: Caller, progress: Option<ProgressToken>) -> Self {
         self.caller = Some(caller);
         self.progress = progress;
+        self
+    }
+
+    /// The caller's own idempotency key, for a tool the policy gives none.
+    pub(crate) fn with_own_key(mut self, key: Option<String>) -> Self {
+        self.own_key = key;
+        self
+    }
+
+    /// A call that needs a person answers pending at once instead of being held open.
+    pub(crate) fn unheld(mut self) -> Self {
+        self.hold = false;
+        self
+    }
+
+    /// No new approval request may be opened for this call (`why` says so to the caller); an
+    /// existing one for the same call is still attached to and used.
+    pub(crate) fn with_approvals_closed(mut self, why: Option<String>) -> Self {
+        self.approvals_closed = why;
         self
     }
 
@@ -149,19 +179,28 @@ impl<'a> Corridor<'a> {
     }
 
     /// Walks `call` through every step, records its answer and gives it its wire form.
-    pub(crate) async fn call(
-        &self,
-        mut call: CallState<'_>,
-    ) -> Result<CallToolResponse, ErrorData> {
+    pub(crate) async fn call(&self, call: CallState<'_>) -> Result<CallToolResponse, ErrorData> {
+        self.call_for_outcome(call).await.response
+    }
+
+    /// [`Corridor::call`], with what kind of answer it was and the tier it was decided at.
+    async fn call_for_outcome(&self, mut call: CallState<'_>) -> Outcome {
         let answer = match self.walk(&mut call).await {
             ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
         };
         let answer = self.audit(&call, answer).await;
+        let kind = answer.kind();
+        let rule = answer.rule().unwrap_or_else(|| call.rule()).to_owned();
         let wire = answer::to_wire(answer, call.name, self.gate.policy().sha256());
         if let (Some(id), Ok(CallToolResponse::Complete(result))) = (&call.approval, &wire) {
             self.keep_approved_result(id, result).await;
         }
-        wire
+        Outcome {
+            kind,
+            rule,
+            tier: call.verdict.as_ref().map(|v| v.tier),
+            response: wire,
+        }
     }
 
     /// The steps, in DESIGN.md §1's order.
@@ -243,6 +282,55 @@ impl<'a> Corridor<'a> {
     fn timeout(&self, name: &str) -> Duration {
         self.gate.policy().timeout(name)
     }
+}
+
+/// One call made in-process rather than over MCP (the agent's): the tool, its arguments, and how
+/// the caller waits and keys it.
+#[derive(Debug)]
+pub struct Request {
+    /// The tool's name.
+    pub name: String,
+    /// The arguments (an object).
+    pub arguments: Map<String, Value>,
+    /// The caller's idempotency key for this call, used for a tool the policy gives none: a
+    /// repeat with the same key replays the first call's answer instead of running again.
+    pub key: Option<String>,
+    /// Set when this call may open no new approval request: why, for the caller.
+    pub approvals_closed: Option<String>,
+    /// Cancels the call.
+    pub ct: CancellationToken,
+}
+
+/// What became of an in-process call.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The kind of answer (ran, denied, pending, …).
+    pub kind: answer::Kind,
+    /// The rule that decided it, as the audit record names it (even where the caller's answer
+    /// withholds it).
+    pub rule: String,
+    /// The tier the call was decided at, once the policy decided it.
+    pub tier: Option<Tier>,
+    /// What an MCP client would have been sent.
+    pub response: Result<CallToolResponse, ErrorData>,
+}
+
+/// Walks one in-process call through the corridor behind `gate` (whose principal is the caller)
+/// to `toolset`, exactly as a `tools/call` from an MCP client walks it, except that a call that
+/// needs a person answers pending at once (the caller pauses instead of holding the call).
+pub async fn call(gate: &Gate, toolset: &dyn Toolset, request: Request) -> Outcome {
+    let _occupant = gate.journal().occupy();
+    let corridor = Corridor::new(gate, toolset, &request.name);
+    let state = CallState::new(
+        &request.name,
+        request.arguments,
+        request.ct,
+        CancellationToken::new(),
+    )
+    .with_own_key(request.key)
+    .with_approvals_closed(request.approvals_closed)
+    .unheld();
+    corridor.call_for_outcome(state).await
 }
 
 /// `event`, naming the upstream whose tool it is about (the gateway's records), if any.

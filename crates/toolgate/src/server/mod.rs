@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::audit::{Decision, Outcome};
 use toolgate_core::principal::Principal;
 
-pub use resolutions::{Sweeper, audit_resolutions};
+pub use resolutions::{Sweeper, audit_resolutions, record_resolutions};
 
 use crate::corridor::{CallState, Corridor, from_upstream};
 pub use crate::corridor::{Gate, RateLimits, request_label};

@@ -78,49 +78,55 @@ pub async fn audit_resolutions(gate: Gate) {
                 switch = Some(now);
             }
         }
-        let Some(store) = gate.approvals() else {
-            tokio::time::sleep(EVERY).await;
-            continue;
-        };
-        match store.unaudited_resolutions(now_ms()).await {
-            Ok(rows) => {
-                for row in rows {
-                    let outcome = match row.status {
-                        Status::Approved => Outcome::Approved,
-                        Status::Denied => Outcome::Denied,
-                        Status::Expired => Outcome::Expired,
-                        Status::Pending => continue,
-                    };
-                    let event = Event {
-                        request_id: row.id.clone(),
-                        method: "approvals/resolve".to_owned(),
-                        name: row.tool.clone(),
-                        decision: Decision::Approval,
-                        outcome,
-                        args_digest: toolgate_core::canonical::digest(&row.args_redacted),
-                        detail: Default::default(),
-                    }
-                    .with("approval_id", row.id.as_str())
-                    .with(
-                        "approver",
-                        row.decided_by.clone().map_or(Value::Null, Value::from),
-                    )
-                    .with(
-                        "reason",
-                        row.decision_reason.clone().map_or(Value::Null, Value::from),
-                    )
-                    .with("requester", row.requester.as_str())
-                    .with("policy_sha256", row.policy_sha256.as_str())
-                    .with("rule", "approval");
-                    if gate.record(event).await.is_ok()
-                        && let Err(error) = store.mark_resolution_audited(&row.id).await
-                    {
-                        tracing::error!(error = %error, approval = %row.id, "resolution audited but not marked; it may be recorded twice");
-                    }
+        record_resolutions(&gate).await;
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
+/// Records every approval decided (or expired) since the last pass, once each: what the sweeper
+/// does every period, and what an agent does before it acts on a decision, so the decision is in
+/// the chain before the call it allowed.
+pub async fn record_resolutions(gate: &Gate) {
+    let Some(store) = gate.approvals() else {
+        return;
+    };
+    match store.unaudited_resolutions(now_ms()).await {
+        Ok(rows) => {
+            for row in rows {
+                let outcome = match row.status {
+                    Status::Approved => Outcome::Approved,
+                    Status::Denied => Outcome::Denied,
+                    Status::Expired => Outcome::Expired,
+                    Status::Pending => continue,
+                };
+                let event = Event {
+                    request_id: row.id.clone(),
+                    method: "approvals/resolve".to_owned(),
+                    name: row.tool.clone(),
+                    decision: Decision::Approval,
+                    outcome,
+                    args_digest: toolgate_core::canonical::digest(&row.args_redacted),
+                    detail: Default::default(),
+                }
+                .with("approval_id", row.id.as_str())
+                .with(
+                    "approver",
+                    row.decided_by.clone().map_or(Value::Null, Value::from),
+                )
+                .with(
+                    "reason",
+                    row.decision_reason.clone().map_or(Value::Null, Value::from),
+                )
+                .with("requester", row.requester.as_str())
+                .with("policy_sha256", row.policy_sha256.as_str())
+                .with("rule", "approval");
+                if gate.record(event).await.is_ok()
+                    && let Err(error) = store.mark_resolution_audited(&row.id).await
+                {
+                    tracing::error!(error = %error, approval = %row.id, "resolution audited but not marked; it may be recorded twice");
                 }
             }
-            Err(error) => tracing::error!(error = %error, "cannot read approval resolutions"),
         }
-        tokio::time::sleep(EVERY).await;
+        Err(error) => tracing::error!(error = %error, "cannot read approval resolutions"),
     }
 }
