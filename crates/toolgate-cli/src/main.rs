@@ -2,8 +2,10 @@
 //!
 //! This crate is the only place that reads the environment and picks concrete stores (DESIGN.md §2).
 //! Exit codes: 0 success; 1 the job ran and found a failure (a broken audit chain, a demo check that
-//! did not hold); 2 the job could not run (bad arguments, unreadable policy or file, store locked).
+//! did not hold); 2 the job could not run (bad arguments, unreadable policy or file, store locked);
+//! 3 an agent run paused for a person's decision.
 
+mod agent;
 mod approvals;
 mod audit;
 mod demo;
@@ -51,6 +53,9 @@ enum Command {
     Keys(keys::Args),
     /// Block every tool (durable; a running server obeys on its next call).
     Killswitch(killswitch::Args),
+    /// Run an agent whose every tool call goes through the gate (seed 003), resume it, list runs.
+    #[command(subcommand)]
+    Agent(agent::Command),
     /// Validate a policy, or explain how it decides one call.
     #[command(subcommand)]
     Policy(policy::Command),
@@ -81,6 +86,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Policy(command) => policy::run(command).await,
             Command::Approvals(args) => approvals::run(args).await,
             Command::Killswitch(args) => killswitch::run(args).await,
+            Command::Agent(command) => agent::run(command).await,
         }
     })
 }

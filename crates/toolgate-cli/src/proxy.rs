@@ -118,7 +118,7 @@ fn with_token(spec: UpstreamSpec) -> anyhow::Result<UpstreamSpec> {
 }
 
 /// The upstreams' bearer tokens, for the redactor.
-fn tokens(specs: &[UpstreamSpec]) -> Vec<Secret> {
+pub(crate) fn tokens(specs: &[UpstreamSpec]) -> Vec<Secret> {
     specs
         .iter()
         .filter_map(|spec| match &spec.target {
@@ -207,7 +207,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// The lock to enforce: the one named, else the policy's own if it exists, else none (said
 /// loudly: nothing is pinned).
-fn lock_for(policy: &Path, named: Option<&Path>) -> anyhow::Result<Option<Lock>> {
+pub(crate) fn lock_for(policy: &Path, named: Option<&Path>) -> anyhow::Result<Option<Lock>> {
     if let Some(path) = named {
         return Ok(Some(Lock::load(path)?));
     }

@@ -37,7 +37,8 @@ impl Shape {
             | Command::Approvals(_)
             | Command::Killswitch(_)
             | Command::Pin(_)
-            | Command::Keys(_) => "warn",
+            | Command::Keys(_)
+            | Command::Agent(_) => "warn",
         };
         // On stdio the server has one client, reads and writes its pipes on the reactor, and
         // syncs on its journal's own thread; on one worker it does fewer cross-thread wake-ups

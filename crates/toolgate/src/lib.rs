@@ -92,6 +92,8 @@
 
 #![deny(missing_docs)]
 
+#[cfg(feature = "agent")]
+pub mod agent;
 pub mod corridor;
 pub mod gate;
 #[cfg(feature = "gateway")]
@@ -139,7 +141,7 @@ pub(crate) fn seconds_up(wait: std::time::Duration) -> u64 {
 
 /// Outgoing HTTPS (upstreams, JWKS, documents) uses rustls with ring; installed once per process
 /// (a second install is a no-op error).
-#[cfg(any(feature = "http", feature = "gateway"))]
+#[cfg(any(feature = "http", feature = "gateway", feature = "agent"))]
 pub(crate) fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

@@ -1,6 +1,10 @@
 //! End-to-end tests of the gated MCP server, in-process over `tokio::io::duplex`: an rmcp client in
 //! each protocol era, and raw JSON lines where the wire format is the point.
 
+#[cfg(feature = "agent")]
+mod agent;
+#[cfg(feature = "agent")]
+mod agent_openai;
 mod corridor;
 mod eras;
 mod features;
