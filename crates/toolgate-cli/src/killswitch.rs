@@ -1,6 +1,7 @@
 //! `toolgate killswitch on | off | status`: block every tool of every server on a data directory,
-//! durably, from another process. A running server reads the switch on each call, so it takes
-//! effect on the next call without a restart; the server audits the refusals it causes.
+//! durably, from another process; with `--principal`, every tool for one caller only (an agent,
+//! `agent:NAME`, seed 003). A running server reads the switches on each call, so they take effect
+//! on the next call without a restart; the server audits the refusals they cause.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -9,7 +10,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::json;
 use toolgate_core::time::{now_ms, rfc3339};
-use toolgate_store::state::{KillSwitch, StateStore};
+use toolgate_store::state::{KillSwitch, PrincipalSwitch, StateStore};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -19,6 +20,9 @@ pub(crate) struct Args {
     /// The server's data directory (where toolgate.db lives).
     #[arg(long, value_name = "DIR", default_value = ".")]
     data: PathBuf,
+    /// Only this caller's switch (e.g. `agent:support-bot`): every tier blocked for it alone.
+    #[arg(long, value_name = "PRINCIPAL")]
+    principal: Option<String>,
     /// Who flips it (default `human:<os user>`).
     #[arg(long = "as", value_name = "IDENTITY")]
     identity: Option<String>,
@@ -38,6 +42,26 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot open the state store in {}", args.data.display()))?;
     let identity = args.identity.unwrap_or_else(toolgate::identity::human);
+    if let Some(principal) = &args.principal {
+        let on = match args.action {
+            Action::Status => None,
+            Action::On => Some(true),
+            Action::Off => Some(false),
+        };
+        if let Some(on) = on {
+            store
+                .set_principal_killswitch(principal, on, &identity, now_ms())
+                .await
+                .context("cannot reach the kill switch")?;
+        }
+        let switches = store
+            .principal_switches()
+            .await
+            .context("cannot reach the kill switch")?;
+        let set = switches.iter().find(|s| &s.principal == principal);
+        print_principal(principal, set, args.json)?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let switch = match args.action {
         Action::Status => store.killswitch().await,
         Action::On => store.set_killswitch(true, &identity, now_ms()).await,
@@ -46,6 +70,33 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     .context("cannot reach the kill switch")?;
     print(&switch, args.json)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_principal(
+    principal: &str,
+    set: Option<&PrincipalSwitch>,
+    as_json: bool,
+) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    if as_json {
+        let value = json!({
+            "principal": principal,
+            "on": set.is_some(),
+            "changed_by": set.map(|s| s.changed_by.as_str()),
+            "changed_at": set.map(|s| rfc3339(s.changed_at)),
+        });
+        writeln!(out, "{value}")?;
+    } else if let Some(set) = set {
+        writeln!(
+            out,
+            "kill switch ON for {principal}: every tool is blocked for it (set by {} at {})",
+            set.changed_by,
+            rfc3339(set.changed_at)
+        )?;
+    } else {
+        writeln!(out, "kill switch off for {principal}")?;
+    }
+    Ok(())
 }
 
 fn print(switch: &KillSwitch, as_json: bool) -> anyhow::Result<()> {
