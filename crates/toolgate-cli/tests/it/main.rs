@@ -1,5 +1,6 @@
 //! The `toolgate` binary as users and clients run it: real child processes over real pipes.
 
+mod agent;
 mod approvals;
 mod clients;
 mod crash;

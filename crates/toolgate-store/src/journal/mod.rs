@@ -60,6 +60,14 @@ use toolgate_core::canonical;
 pub use error::JournalError;
 pub use frame::{EFFECT_KEY, EFFECT_SHA256};
 
+/// A named crash point outside the journal (the agent loop's steps), for the crash tests: with
+/// the `failpoints` feature and the point armed (`FAILPOINTS=NAME=return(MARKER)`), the calling
+/// thread writes the marker file and stops there for the test to kill the process. Compiled to
+/// nothing otherwise.
+pub fn crash_point(name: &str) {
+    crash::point(name, || {});
+}
+
 /// File name of the audit log inside the data directory.
 pub const AUDIT_FILE: &str = "audit.jsonl";
 /// File name of the write-ahead log of effects inside the data directory.

@@ -338,6 +338,9 @@ impl Agent {
             while let Some((index, call)) = state.unanswered() {
                 match self.answer(run_id, &mut state, index, &call).await? {
                     Answered::Data(content) => {
+                        // Crash test: the call's effect and record are durable, its answer is
+                        // not yet in the run.
+                        toolgate_store::journal::crash_point("agent.call_answered");
                         state.messages.push(Message::Tool {
                             tool_call_id: call.id.clone(),
                             content,
@@ -405,6 +408,8 @@ impl Agent {
                     });
                     self.save(run_id, &state, RunStatus::Running, None, None)
                         .await?;
+                    // Crash test: the turn is saved, none of its calls is made.
+                    toolgate_store::journal::crash_point("agent.turn_saved");
                 }
             }
         }
