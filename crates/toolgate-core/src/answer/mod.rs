@@ -88,6 +88,90 @@ pub struct PersonRefusal {
     pub policy_sha256: String,
 }
 
+/// What the gate decided once a mutation's postcondition was checked (seed 000's
+/// execute-verify-stop, DESIGN.md §1 step 8). The harness decides, never the model: "the tool
+/// returned success" is not an observation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Check {
+    /// The read showed the state the policy expects: the caller may go on.
+    Continue,
+    /// The state diverged, or could not be read or judged: the caller ends its run.
+    Stop,
+    /// The state diverged and the policy names a compensating tool, which was called (through the
+    /// gate); the caller ends its run all the same.
+    Rollback,
+}
+
+impl Check {
+    /// `continue`, `stop` or `rollback`: the verify record's outcome and the answer's `decision`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        self.outcome().as_str()
+    }
+
+    /// The outcome of the `verify` audit record.
+    #[must_use]
+    pub fn outcome(self) -> Outcome {
+        match self {
+            Self::Continue => Outcome::Continue,
+            Self::Stop => Outcome::Stop,
+            Self::Rollback => Outcome::Rollback,
+        }
+    }
+}
+
+/// Characters of the observed state an unverified answer quotes; the rest is cut, and says so.
+pub const OBSERVED_MAX_CHARS: usize = 4_096;
+
+/// A mutation that ran and whose postcondition did not hold or could not be checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Unverified {
+    /// [`Check::Stop`] or [`Check::Rollback`].
+    pub decision: Check,
+    /// True when the read succeeded and showed a state the postcondition refuses; false when the
+    /// state could not be read, or the postcondition could not be evaluated on it.
+    pub diverged: bool,
+    /// Why, in words (redacted): what the read showed or why it could not be read or judged.
+    pub why: String,
+    /// What the read observed (redacted and capped, see [`Unverified::observed_capped`]); null
+    /// when nothing could be read.
+    pub observed: Value,
+    /// The postcondition as the policy writes it (its CEL source).
+    pub expected: String,
+    /// The compensating call, for [`Check::Rollback`]: its tool, and whether it ran and succeeded.
+    pub rollback: Option<Rollback>,
+}
+
+/// The compensating call of a rollback.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rollback {
+    /// The compensating tool the policy names.
+    pub tool: String,
+    /// Whether it ran and succeeded; otherwise what it answered is in `why`.
+    pub done: bool,
+    /// What became of it, in words (redacted): its status, or its error.
+    pub why: String,
+}
+
+impl Unverified {
+    /// `observed` as an answer may quote it: the value when its JSON text is short enough, else
+    /// the start of that text, cut at [`OBSERVED_MAX_CHARS`] characters and marked as cut.
+    #[must_use]
+    pub fn observed_capped(observed: Value) -> Value {
+        let text = observed.to_string();
+        let total = text.chars().count();
+        if total <= OBSERVED_MAX_CHARS {
+            return observed;
+        }
+        let head: String = text.chars().take(OBSERVED_MAX_CHARS).collect();
+        json!({
+            "truncated": true,
+            "chars": total,
+            "head": head,
+        })
+    }
+}
+
 /// What a call came to. `R` is the tool's own result (the adapter's result type).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Answer<R> {
@@ -132,8 +216,12 @@ pub enum Answer<R> {
     Pending(Pending),
     /// A person denied the call, or nobody decided in time.
     RefusedByPerson(PersonRefusal),
-    /// The tool ran; its result.
+    /// The tool ran; its result (with `verified: true` when the policy's postcondition was read
+    /// back and held).
     Ran(R),
+    /// The tool ran, and then its postcondition did not hold or could not be checked: the caller
+    /// must stop (and a compensating call was made when the policy names one).
+    Unverified(Unverified),
     /// The stored result of an earlier run with the same key (or approval); nothing ran again.
     Replay(R),
     /// The tool ran and answered with an error of its own (passed on, redacted).
@@ -243,11 +331,13 @@ pub enum Kind {
     Rejected,
     /// [`Answer::Task`] for a new task.
     Task,
+    /// [`Answer::Unverified`].
+    Unverified,
 }
 
 impl Kind {
     /// Every kind, for tables and tests.
-    pub const ALL: [Kind; 20] = [
+    pub const ALL: [Kind; 21] = [
         Kind::Denied,
         Kind::Invalid,
         Kind::RateLimited,
@@ -268,6 +358,7 @@ impl Kind {
         Kind::InputRequired,
         Kind::Rejected,
         Kind::Task,
+        Kind::Unverified,
     ];
 
     /// The audit record's decision and outcome.
@@ -282,7 +373,8 @@ impl Kind {
             Self::Pending => (Decision::Approval, Outcome::Requested),
             Self::DeniedByPerson => (Decision::Approval, Outcome::Denied),
             Self::Expired => (Decision::Approval, Outcome::Expired),
-            Self::Ran => (Decision::Allow, Outcome::Committed),
+            // The mutation itself did happen; its postcondition is a `verify` record of its own.
+            Self::Ran | Self::Unverified => (Decision::Allow, Outcome::Committed),
             Self::Replay => (Decision::Allow, Outcome::Replay),
             Self::ToolError | Self::Failed => (Decision::Allow, Outcome::Failed),
             Self::InDoubt => (Decision::Allow, Outcome::InDoubt),
@@ -314,7 +406,7 @@ impl Kind {
             Self::InputRequired => Executed::No,
             // It was sent, and answered with a protocol error: like a failure of the tool.
             Self::Rejected => Executed::Yes,
-            Self::Ran | Self::ToolError | Self::Failed => Executed::Yes,
+            Self::Ran | Self::ToolError | Self::Failed | Self::Unverified => Executed::Yes,
             // A replay ran once, earlier; this call did nothing new, and says so in its status.
             Self::Replay => Executed::Yes,
             // Another copy of the call holds the key and may be mid-effect; a cancelled handler
@@ -362,6 +454,7 @@ impl Kind {
             Self::InputRequired => "input_required",
             Self::Rejected => "rejected",
             Self::Task => "task",
+            Self::Unverified => "unverified",
         }
     }
 
@@ -404,6 +497,9 @@ impl Kind {
             Self::Task => {
                 "the upstream's task (tasks extension): the caller follows it with tasks/get"
             }
+            Self::Unverified => {
+                "runs, then its postcondition did not hold or could not be read: an isError result with observed and expected, and stop (after the declared rollback, if any)"
+            }
         }
     }
 }
@@ -435,6 +531,7 @@ impl<R> Answer<R> {
             Self::Rejected { .. } => Kind::Rejected,
             Self::Task { replay: true, .. } => Kind::Replay,
             Self::Task { .. } => Kind::Task,
+            Self::Unverified(_) => Kind::Unverified,
         }
     }
 
@@ -508,6 +605,7 @@ impl<R> Answer<R> {
                 "{tool}: a call with idempotency key {key:?} is still running; call again later to get its result"
             ),
             Self::NotRun { why, .. } => format!("{tool} was not run: {why}"),
+            Self::Unverified(unverified) => unverified.message(tool),
             Self::Ran(_)
             | Self::Replay(_)
             | Self::ToolError(_)
@@ -584,6 +682,24 @@ impl<R> Answer<R> {
             Self::InDoubt { why } => json!({"why": why}),
             Self::Timeout { after_ms } => json!({"timeout_ms": after_ms}),
             Self::InFlight { key } => json!({"idempotency_key": key}),
+            Self::Unverified(unverified) => {
+                let mut detail = json!({
+                    "decision": unverified.decision.as_str(),
+                    "diverged": unverified.diverged,
+                    "why": unverified.why,
+                    "observed": unverified.observed,
+                    "expected": unverified.expected,
+                });
+                if let Some(rollback) = &unverified.rollback {
+                    detail["rollback"] = json!({
+                        "tool": rollback.tool,
+                        "rolled_back": rollback.done,
+                        "why": rollback.why,
+                    });
+                    detail["rolled_back"] = json!(rollback.done);
+                }
+                detail
+            }
             Self::Failed { .. }
             | Self::Ran(_)
             | Self::Replay(_)
@@ -611,11 +727,41 @@ impl<R> Answer<R> {
             | Kind::Timeout
             | Kind::Rejected
             | Kind::Task
+            | Kind::Unverified
             | Kind::InDoubt => Self::InDoubt {
                 why: format!("its audit record could not be written: {why}"),
             },
             _ => self,
         }
+    }
+}
+
+impl Unverified {
+    /// The words the model reads: what ran, why it is not verified, what was done about it, and
+    /// that it must stop.
+    fn message(&self, tool: &str) -> String {
+        let what = if self.diverged {
+            "its postcondition did not hold: the observed state diverged from what was expected"
+        } else {
+            "its postcondition could not be checked: the state could not be read or judged"
+        };
+        let rollback = match &self.rollback {
+            Some(Rollback {
+                tool: undo,
+                done: true,
+                why,
+            }) => format!(" It was rolled back with {undo} ({why})."),
+            Some(Rollback {
+                tool: undo, why, ..
+            }) => format!(
+                " The rollback with {undo} did not succeed ({why}): its effect may still be there."
+            ),
+            None => String::new(),
+        };
+        format!(
+            "{tool} ran but {what} ({}).{rollback} Stop: do not continue with dependent steps; tell the user.",
+            self.why
+        )
     }
 }
 

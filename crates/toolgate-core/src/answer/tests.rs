@@ -3,7 +3,9 @@
 
 use serde_json::json;
 
-use super::{Answer, Executed, Kind, PersonRefusal, Wire};
+use super::{
+    Answer, Check, Executed, Kind, OBSERVED_MAX_CHARS, PersonRefusal, Rollback, Unverified, Wire,
+};
 use crate::audit::{Decision, Outcome};
 use crate::policy::Denial;
 
@@ -149,6 +151,14 @@ const TABLE: &[(Kind, Wire, Decision, Outcome, Executed)] = &[
         Outcome::InDoubt,
         Executed::Unknown,
     ),
+    // The mutation happened (allow / committed); its `verify / stop|rollback` record is separate.
+    (
+        Kind::Unverified,
+        Wire::ErrorResult,
+        Decision::Allow,
+        Outcome::Committed,
+        Executed::Yes,
+    ),
 ];
 
 #[test]
@@ -254,4 +264,95 @@ fn a_hidden_tool_never_names_its_rule() {
             .unwrap()
             .contains("tools.delete_customer.tier")
     );
+}
+
+fn unverified(diverged: bool, rollback: Option<Rollback>) -> Answer<()> {
+    Answer::Unverified(Unverified {
+        decision: if rollback.is_some() {
+            Check::Rollback
+        } else {
+            Check::Stop
+        },
+        diverged,
+        why: "read_ledger shows no note req-0001".to_owned(),
+        observed: json!({"notes": []}),
+        expected: "result.notes.size() == 1".to_owned(),
+        rollback,
+    })
+}
+
+#[test]
+fn an_unverified_mutation_says_it_ran_what_diverged_and_stop() {
+    let stop = unverified(true, None);
+    let text = stop.message("write_note").unwrap();
+    assert!(
+        text.starts_with("write_note ran but its postcondition did not hold"),
+        "{text}"
+    );
+    assert!(
+        text.contains("read_ledger shows no note req-0001"),
+        "{text}"
+    );
+    assert!(text.contains("Stop: do not continue"), "{text}");
+    let detail = stop.detail("p0");
+    assert_eq!(detail["decision"], json!("stop"));
+    assert_eq!(detail["observed"], json!({"notes": []}));
+    assert_eq!(detail["expected"], json!("result.notes.size() == 1"));
+    assert!(detail.get("rolled_back").is_none(), "{detail:?}");
+    assert_eq!(stop.kind().executed(), Executed::Yes);
+    assert_eq!(stop.kind().status(), "unverified");
+
+    let unreadable = unverified(false, None);
+    let text = unreadable.message("write_note").unwrap();
+    assert!(text.contains("could not be checked"), "{text}");
+    assert!(text.contains("Stop:"), "{text}");
+
+    let undone = unverified(
+        true,
+        Some(Rollback {
+            tool: "delete_note".to_owned(),
+            done: true,
+            why: "committed".to_owned(),
+        }),
+    );
+    let text = undone.message("write_note").unwrap();
+    assert!(text.contains("rolled back with delete_note"), "{text}");
+    assert_eq!(undone.detail("p0")["decision"], json!("rollback"));
+    assert_eq!(undone.detail("p0")["rolled_back"], json!(true));
+    let failed = unverified(
+        true,
+        Some(Rollback {
+            tool: "delete_note".to_owned(),
+            done: false,
+            why: "delete_note failed: not found".to_owned(),
+        }),
+    );
+    let text = failed.message("write_note").unwrap();
+    assert!(text.contains("did not succeed"), "{text}");
+    assert!(text.contains("may still be there"), "{text}");
+    assert_eq!(failed.detail("p0")["rolled_back"], json!(false));
+    // Its handler ran: a lost record makes it in doubt, never a refusal.
+    assert_eq!(failed.unrecorded("disk full").kind(), Kind::InDoubt);
+}
+
+#[test]
+fn a_long_observation_is_cut_and_says_so() {
+    let short = json!({"notes": [{"text": "a"}]});
+    assert_eq!(Unverified::observed_capped(short.clone()), short);
+    let long = json!({"text": "x".repeat(OBSERVED_MAX_CHARS * 2)});
+    let capped = Unverified::observed_capped(long);
+    assert_eq!(capped["truncated"], json!(true));
+    assert_eq!(
+        capped["head"].as_str().unwrap().chars().count(),
+        OBSERVED_MAX_CHARS
+    );
+    assert!(capped["chars"].as_u64().unwrap() > OBSERVED_MAX_CHARS as u64);
+}
+
+#[test]
+fn a_check_names_its_verify_outcome() {
+    assert_eq!(Check::Continue.as_str(), "continue");
+    assert_eq!(Check::Stop.outcome(), Outcome::Stop);
+    assert_eq!(Check::Rollback.as_str(), "rollback");
+    assert_eq!(Decision::Verify.as_str(), "verify");
 }

@@ -43,11 +43,14 @@ pub enum Decision {
     Control,
     /// The log itself was repaired at start (a torn last line moved aside).
     Recover,
+    /// A mutation's postcondition was read back and judged (seed 000's execute-verify-stop): the
+    /// outcome says whether the caller may go on.
+    Verify,
 }
 
 impl Decision {
-    /// The record's `decision` field: `allow`, `deny`, `refuse`, `approval`, `control` or
-    /// `recover`.
+    /// The record's `decision` field: `allow`, `deny`, `refuse`, `approval`, `control`,
+    /// `recover` or `verify`.
     #[must_use]
     pub fn as_str(self) -> &'static str {
         match self {
@@ -57,6 +60,7 @@ impl Decision {
             Self::Approval => "approval",
             Self::Control => "control",
             Self::Recover => "recover",
+            Self::Verify => "verify",
         }
     }
 }
@@ -104,6 +108,13 @@ pub enum Outcome {
     RateLimited,
     /// The tool (an upstream's) asked the caller for input before it can finish.
     InputRequired,
+    /// The postcondition held: the caller may go on.
+    Continue,
+    /// The postcondition did not hold, or could not be read or decided: the caller stops.
+    Stop,
+    /// The postcondition did not hold and the policy's compensating tool is called; the caller
+    /// stops.
+    Rollback,
 }
 
 impl Outcome {
@@ -131,6 +142,9 @@ impl Outcome {
             Self::SwitchOff => "switch_off",
             Self::RateLimited => "rate_limited",
             Self::InputRequired => "input_required",
+            Self::Continue => "continue",
+            Self::Stop => "stop",
+            Self::Rollback => "rollback",
         }
     }
 }

@@ -93,10 +93,7 @@ impl Condition {
         principal: &Value,
         tool: &str,
     ) -> Result<bool, ConditionError> {
-        // The standard environment is built once: building it per call cost ~50 µs.
-        static ENV: OnceLock<Arc<Env>> = OnceLock::new();
-        let env = ENV.get_or_init(|| Arc::new(Env::stdlib()));
-        let mut context = Context::with_env(Arc::clone(env));
+        let mut context = Context::with_env(env());
         let convert = |variable, value: &Value| {
             cel::to_value(value).map_err(|error| ConditionError::Convert { variable, error })
         };
@@ -170,6 +167,12 @@ impl Condition {
     }
 }
 
+/// CEL's standard environment, built once: building it per call cost ~50 µs.
+pub(super) fn env() -> Arc<Env> {
+    static ENV: OnceLock<Arc<Env>> = OnceLock::new();
+    Arc::clone(ENV.get_or_init(|| Arc::new(Env::stdlib())))
+}
+
 /// Representative values of JSON Schema types, chosen to satisfy the usual comparisons both ways.
 fn samples(types: &[String]) -> Vec<Value> {
     let all = [
@@ -195,7 +198,7 @@ fn samples(types: &[String]) -> Vec<Value> {
 }
 
 /// Collects `args.NAME` and `args["NAME"]` references anywhere in the expression.
-fn collect_args(node: &IdedExpr, out: &mut BTreeSet<String>) {
+pub(super) fn collect_args(node: &IdedExpr, out: &mut BTreeSet<String>) {
     match &node.expr {
         Expr::Select(select) => {
             if matches!(&select.operand.expr, Expr::Ident(root) if root == "args") {

@@ -56,9 +56,21 @@ pub enum PolicyError {
         /// Why it cannot be used.
         detail: ConditionError,
     },
+    /// An expression of a postcondition (`[tools.NAME.verify]`) that does not compile or reads a
+    /// variable its place does not define.
+    #[error("policy {field} `{expression}`: {detail}")]
+    Verify {
+        /// The field's dotted path, e.g. `tools.write_note.verify.expect`.
+        field: String,
+        /// The expression as written.
+        expression: String,
+        /// Why it cannot be used.
+        detail: ConditionError,
+    },
 }
 
-/// Why an escalation condition cannot be used (at load) or decided (for one call).
+/// Why an escalation condition or a postcondition's expression cannot be used (at load) or
+/// decided (for one call).
 ///
 /// Each message carries its cause: it is read as one line, inside a [`PolicyError`] at load and
 /// in an assessment's `undecided` list at call time.
@@ -85,7 +97,7 @@ pub enum ConditionError {
     /// A value could not be turned into a CEL value.
     #[error("cannot pass `{variable}` to the expression: {error}")]
     Convert {
-        /// The variable being passed: `args` or `principal`.
+        /// The variable being passed: `args`, `principal` or `result`.
         variable: &'static str,
         /// The conversion's error.
         error: cel::SerializationError,
@@ -104,5 +116,27 @@ pub enum ConditionError {
     NotBoolean {
         /// The result, as CEL's `Debug` writes it.
         value: String,
+    },
+    /// It reads a variable its place in the policy does not define (found at load).
+    #[error("reads `{name}`, which is not defined here (only {allowed})")]
+    UnknownVariable {
+        /// The variable it reads.
+        name: String,
+        /// The variables the place defines, for the message, e.g. "`args` and `result`".
+        allowed: &'static str,
+    },
+    /// An argument expression gave a value that has no JSON form (a function, a type).
+    #[error("evaluates to {value}, which has no JSON form")]
+    NotJson {
+        /// The result, as CEL's `Debug` writes it.
+        value: String,
+    },
+    /// An argument of a postcondition's read or compensating call could not be built.
+    #[error("argument `{name}`: {detail}")]
+    Argument {
+        /// The argument of the read or compensating call.
+        name: String,
+        /// Why its expression gave no value.
+        detail: Box<ConditionError>,
     },
 }

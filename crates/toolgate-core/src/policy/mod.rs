@@ -16,6 +16,7 @@ mod condition;
 mod declared;
 mod error;
 mod raw;
+mod verify;
 
 #[cfg(test)]
 mod tests;
@@ -29,6 +30,7 @@ use serde_json::{Map, Value};
 pub use condition::Condition;
 pub use declared::Declared;
 pub use error::{ConditionError, PolicyError};
+pub use verify::{Compensation, Expression, Postcondition};
 
 use crate::principal::Principal;
 use raw::{RawArgRule, RawRateLimit, RawTool, RawV1, RawV2};
@@ -125,6 +127,9 @@ pub struct ToolRule {
     pub dry_run_tool: Option<String>,
     /// Arguments set over the call's own when `dry_run_tool` is called (e.g. `dryRun = true`).
     pub dry_run_args: Map<String, Value>,
+    /// What the gate reads back after a successful call, and what it does when that does not hold
+    /// (`[tools.NAME.verify]`, seed 000's execute-verify-stop).
+    pub verify: Option<Postcondition>,
 }
 
 /// Policy-wide settings.
@@ -443,6 +448,7 @@ impl Policy {
             let rule = tool_rule(&name, tool)?;
             tools.insert(name, rule);
         }
+        verify::check_policy(&tools, defaults.tier)?;
         Ok(Self {
             sha256,
             version: 2,
@@ -554,6 +560,13 @@ impl Policy {
     #[must_use]
     pub fn rule(&self, tool: &str) -> Option<&ToolRule> {
         self.tools.get(tool)
+    }
+
+    /// The postcondition the gate checks after a successful call to `tool`, if the policy
+    /// declares one.
+    #[must_use]
+    pub fn postcondition(&self, tool: &str) -> Option<&Postcondition> {
+        self.rule(tool).and_then(|r| r.verify.as_ref())
     }
 
     /// The tool's own tier and the rule it comes from.
@@ -728,11 +741,13 @@ impl Policy {
     }
 
     /// Checks the policy against the tools really served: `tools` maps each tool name to its
-    /// argument names and their declared JSON types. Returns warnings (a tool the toolset lacks).
+    /// argument names and their declared JSON types. Returns warnings (a tool the toolset lacks,
+    /// among them a postcondition's read or compensating tool: every call it verifies would stop).
     ///
     /// # Errors
-    /// A rule names an argument the tool does not have, or a condition can never be evaluated
-    /// for the declared types.
+    /// A rule names an argument the tool does not have, a condition can never be evaluated for
+    /// the declared types, or a postcondition reads an argument its tool lacks or passes one its
+    /// read or compensating tool does not take.
     pub fn check_tools(
         &self,
         tools: &BTreeMap<String, BTreeMap<String, Vec<String>>>,
@@ -772,6 +787,9 @@ impl Policy {
                         detail,
                     }
                 })?;
+            }
+            if let Some(verify) = &rule.verify {
+                verify::check_served(name, verify, properties, tools, &mut warnings)?;
             }
         }
         Ok(warnings)
@@ -833,6 +851,10 @@ fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
         untrusted_output,
         dry_run_tool: raw.dry_run_tool,
         dry_run_args: raw.dry_run_args,
+        verify: raw
+            .verify
+            .map(|v| verify::postcondition(name, v))
+            .transpose()?,
     })
 }
 

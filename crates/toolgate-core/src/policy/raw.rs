@@ -91,6 +91,21 @@ pub(super) struct RawTool {
     pub(super) dry_run_tool: Option<String>,
     #[serde(default)]
     pub(super) dry_run_args: serde_json::Map<String, Value>,
+    pub(super) verify: Option<RawVerify>,
+}
+
+/// `[tools.NAME.verify]`: the read that checks a mutation, and what to do when it does not hold.
+/// Every argument value is a CEL expression over `args` (the call's arguments), kept as text here.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawVerify {
+    pub(super) read: String,
+    #[serde(default)]
+    pub(super) args: BTreeMap<String, String>,
+    pub(super) expect: String,
+    pub(super) rollback: Option<String>,
+    #[serde(default)]
+    pub(super) rollback_args: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -521,3 +521,268 @@ fn a_version_1_policy_keeps_refusing_a_tool_it_does_not_allow_as_not_allowed() {
     );
     assert_eq!(decide_open(&policy, "x", false), Action::RefuseWithDryRun);
 }
+
+/// The shipped worked example of seed 000's execute-verify-stop.
+const LEDGER_VERIFY: &str = include_str!("../../../../policies/ledger-verify.toml");
+
+/// A postcondition policy with a compensating tool, `{verify}` being the body of
+/// `[tools.put_file.verify]`.
+fn files_policy(verify: &str) -> String {
+    format!(
+        r#"
+version = 2
+name = "files"
+
+[defaults]
+tier = "blocked"
+
+[tools.put_file]
+tier = "low"
+
+[tools.put_file.verify]
+{verify}
+
+[tools.read_file]
+tier = "low"
+
+[tools.remove_file]
+tier = "low"
+
+[tools.purge]
+tier = "blocked"
+
+[tools.cached_read]
+tier = "low"
+idempotency_key = "*"
+"#
+    )
+}
+
+const FILES_VERIFY: &str = r#"read = "read_file"
+args = { name = "args.name" }
+expect = "result.text == args.text"
+rollback = "remove_file"
+rollback_args = { name = "args.name" }"#;
+
+#[test]
+fn the_ledger_postcondition_builds_its_read_and_judges_what_it_reads() {
+    let policy = Policy::from_bytes(LEDGER_VERIFY.as_bytes()).unwrap();
+    let verify = policy.postcondition("write_note").expect("a postcondition");
+    assert!(policy.postcondition("read_ledger").is_none());
+    assert_eq!(verify.read, "read_ledger");
+    assert!(verify.rollback.is_none());
+    let call = args(json!({"request_id": "req-0001", "text": "gate aplicado"}));
+    assert_eq!(verify.read_arguments(&call).unwrap(), Map::new());
+    let note = |id: &str, text: &str| json!({"request_id": id, "text": text});
+    let exactly = json!({"notes": [note("req-0000", "x"), note("req-0001", "gate aplicado")]});
+    assert!(verify.expect.holds(&call, &exactly).unwrap());
+    let other_text = json!({"notes": [note("req-0001", "gate aplicado!")]});
+    assert!(!verify.expect.holds(&call, &other_text).unwrap());
+    let missing = json!({"notes": []});
+    assert!(!verify.expect.holds(&call, &missing).unwrap());
+    let twice =
+        json!({"notes": [note("req-0001", "gate aplicado"), note("req-0001", "gate aplicado")]});
+    assert!(!verify.expect.holds(&call, &twice).unwrap());
+    // A result without the field the condition reads is undecided, never true.
+    assert!(verify.expect.holds(&call, &json!({"rows": []})).is_err());
+    assert!(verify.expect.holds(&call, &json!("notes")).is_err());
+}
+
+#[test]
+fn a_compensating_calls_arguments_are_built_from_the_calls() {
+    let policy = Policy::from_bytes(files_policy(FILES_VERIFY).as_bytes()).unwrap();
+    let verify = policy.postcondition("put_file").unwrap();
+    let call = args(json!({"name": "a.txt", "text": "hello"}));
+    assert_eq!(
+        verify.read_arguments(&call).unwrap(),
+        args(json!({"name": "a.txt"}))
+    );
+    let rollback = verify.rollback.as_ref().unwrap();
+    assert_eq!(rollback.tool, "remove_file");
+    assert_eq!(
+        rollback.arguments(&call).unwrap(),
+        args(json!({"name": "a.txt"}))
+    );
+    // An argument the call left out: the read's arguments cannot be built, and say which.
+    let err = verify
+        .read_arguments(&args(json!({"text": "hello"})))
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("argument `name`:"), "{err}");
+    // Expressions give any JSON value: lists, maps, numbers, literals.
+    let policy = Policy::from_bytes(
+        files_policy(
+            r#"read = "read_file"
+args = { name = "args.name + '.txt'", tags = "[1, 'a', {'k': true}]" }
+expect = "true""#,
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let built = policy
+        .postcondition("put_file")
+        .unwrap()
+        .read_arguments(&args(json!({"name": "a"})))
+        .unwrap();
+    assert_eq!(
+        Value::Object(built),
+        json!({"name": "a.txt", "tags": [1, "a", {"k": true}]})
+    );
+}
+
+#[test]
+fn postcondition_load_errors_are_precise() {
+    let cases = [
+        (
+            FILES_VERIFY.replace("read = \"read_file\"", "read = \"read_fiel\""),
+            "policy tools.put_file.verify.read: names `read_fiel`, which the policy does not name: add a [tools.read_fiel] entry",
+        ),
+        (
+            FILES_VERIFY.replace("rollback = \"remove_file\"", "rollback = \"rm\""),
+            "policy tools.put_file.verify.rollback: names `rm`, which the policy does not name",
+        ),
+        (
+            FILES_VERIFY.replace("read = \"read_file\"", "read = \"purge\""),
+            "policy tools.put_file.verify.read: names `purge`, which the policy blocks",
+        ),
+        (
+            FILES_VERIFY.replace("read = \"read_file\"", "read = \"put_file\""),
+            "put_file cannot be its own read",
+        ),
+        (
+            FILES_VERIFY.replace("read = \"read_file\"", "read = \"cached_read\""),
+            "policy tools.put_file.verify.read: `cached_read` has an idempotency_key",
+        ),
+        (
+            FILES_VERIFY.replace("result.text == args.text", "result.text =="),
+            "policy tools.put_file.verify.expect `result.text ==`: ",
+        ),
+        (
+            FILES_VERIFY.replace("result.text == args.text", "reslt.text == args.text"),
+            "policy tools.put_file.verify.expect `reslt.text == args.text`: reads `reslt`, which is not defined here (only `args` and `result`)",
+        ),
+        (
+            FILES_VERIFY.replace(
+                "args = { name = \"args.name\" }",
+                "args = { name = \"result.name\" }",
+            ),
+            "policy tools.put_file.verify.args.name `result.name`: reads `result`, which is not defined here (only `args`)",
+        ),
+        (
+            FILES_VERIFY.replace(
+                "rollback_args = { name = \"args.name\" }",
+                "rollback_args = { name = \"principal.sub\" }",
+            ),
+            "policy tools.put_file.verify.rollback_args.name `principal.sub`: reads `principal`",
+        ),
+        (
+            FILES_VERIFY.replace("rollback = \"remove_file\"\n", ""),
+            "policy tools.put_file.verify.rollback_args: is given without `rollback`",
+        ),
+        (
+            format!("{FILES_VERIFY}\nexpected = \"true\""),
+            "not valid policy TOML",
+        ),
+        (
+            FILES_VERIFY.replace("args = { name = \"args.name\" }", "args = { name = 7 }"),
+            "not valid policy TOML",
+        ),
+    ];
+    for (verify, expected) in cases {
+        let text = files_policy(&verify);
+        let err = Policy::from_bytes(text.as_bytes()).unwrap_err().to_string();
+        assert!(err.contains(expected), "{verify}\n=> {err}");
+    }
+    // A blocked tool never runs: a postcondition on it is a mistake, not a rule.
+    let text = files_policy(FILES_VERIFY).replace(
+        "[tools.put_file]\ntier = \"low\"",
+        "[tools.put_file]\ntier = \"blocked\"",
+    );
+    let err = Policy::from_bytes(text.as_bytes()).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "policy tools.put_file.verify: put_file is blocked, so it never runs and there is nothing to verify"
+    );
+    // So is one on a tool left to a blocking default.
+    let text = "version = 2\n[tools.read]\ntier = \"low\"\n[tools.write.verify]\nread = \"read\"\nexpect = \"true\"\n";
+    let err = Policy::from_bytes(text.as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("write is blocked"), "{err}");
+    // A comprehension's own variable is no unknown variable.
+    let fine = FILES_VERIFY.replace(
+        "result.text == args.text",
+        "result.lines.all(line, line.size() < 80) && [1, 2].exists(x, x == 2)",
+    );
+    Policy::from_bytes(files_policy(&fine).as_bytes()).expect("loads");
+}
+
+#[test]
+fn postconditions_are_checked_against_the_served_tools() {
+    let policy = Policy::from_bytes(files_policy(FILES_VERIFY).as_bytes()).unwrap();
+    let props = |names: &[&str]| -> BTreeMap<String, Vec<String>> {
+        names
+            .iter()
+            .map(|n| ((*n).to_owned(), vec!["string".to_owned()]))
+            .collect()
+    };
+    let served = |put: &[&str], read: Option<&[&str]>, remove: Option<&[&str]>| {
+        let mut tools = BTreeMap::new();
+        tools.insert("put_file".to_owned(), props(put));
+        if let Some(read) = read {
+            tools.insert("read_file".to_owned(), props(read));
+        }
+        if let Some(remove) = remove {
+            tools.insert("remove_file".to_owned(), props(remove));
+        }
+        tools.insert("purge".to_owned(), props(&[]));
+        tools.insert("cached_read".to_owned(), props(&[]));
+        tools
+    };
+    let fits = served(&["name", "text"], Some(&["name"]), Some(&["name"]));
+    assert_eq!(policy.check_tools(&fits).unwrap(), Vec::<String>::new());
+
+    // The read is not served: every verified call would stop, and start-up says so.
+    let warnings = policy
+        .check_tools(&served(&["name", "text"], None, Some(&["name"])))
+        .unwrap();
+    assert!(
+        warnings.contains(
+            &"policy tools.put_file.verify.read names `read_file`, which the served tools do not include: every call to put_file will stop unverified".to_owned()
+        ),
+        "{warnings:?}"
+    );
+    let warnings = policy
+        .check_tools(&served(&["name", "text"], Some(&["name"]), None))
+        .unwrap();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("policy tools.put_file.verify.rollback names `remove_file`")),
+        "{warnings:?}"
+    );
+    // The condition reads an argument the verified tool does not have.
+    let err = policy
+        .check_tools(&served(&["name", "body"], Some(&["name"]), Some(&["name"])))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "policy tools.put_file.verify.expect `result.text == args.text`: names argument `text`, which put_file does not have"
+    );
+    // The read does not take the argument the rule passes it.
+    let err = policy
+        .check_tools(&served(&["name", "text"], Some(&["path"]), Some(&["name"])))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "policy tools.put_file.verify.args.name: read_file has no argument `name`"
+    );
+    let err = policy
+        .check_tools(&served(&["name", "text"], Some(&["name"]), Some(&["id"])))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "policy tools.put_file.verify.rollback_args.name: remove_file has no argument `name`"
+    );
+}

@@ -17,11 +17,15 @@ use rmcp::model::{
     CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, InputRequiredResult,
 };
 use serde_json::{Map, Value, json};
-pub use toolgate_core::answer::{Answer, Executed, Kind, Wire};
+pub use toolgate_core::answer::{Answer, Check, Executed, Kind, Rollback, Unverified, Wire};
 
 /// The key under which every error answer also carries `executed` in `_meta`, where a client that
 /// ignores structured content (or a tool's own error without any) still finds it.
 pub const EXECUTED_META: &str = "io.toolgate/executed";
+
+/// The key under which a result whose postcondition was read back and held carries `true` in
+/// `_meta` (and `verified: true` in its structured content, when that is an object).
+pub const VERIFIED_META: &str = "io.toolgate/verified";
 
 /// The wire form of `answer` for a call to `tool`.
 ///

@@ -144,6 +144,10 @@ impl Corridor<'_> {
             Value::Object(map) => map,
             _ => Map::new(),
         };
+        if !call.nested && self.gate.policy().postcondition(name).is_some() {
+            // The postcondition's read and condition are built from them after the run.
+            call.kept = Some(arguments.clone());
+        }
         let handler = Call {
             gate: self.gate,
             name,

@@ -4,21 +4,25 @@
 //! `rate_limit` → `schema` → `decide` (tier, escalation, gate switch, then the medium budget, spent
 //! only by a call that will run) → `approve` → `claim` (idempotency key) → `run` (timeout and the
 //! caller's cancellation) → `settle` (the key's outcome) → `clean` (redact, sanitise untrusted
-//! output) → `audit`. Each step either lets the call go on or ends it with an [`Answer`]; nothing
-//! here builds a reply. `audit` is the only writer of the call's outcome record, and its one rule is
-//! the fail-closed one: an answer whose effect happened (or may have) and could not be recorded
-//! becomes in doubt; a refusal stays a refusal. [`answer::to_wire`] then gives the answer its MCP
-//! shape. Kit tools and upstream tools (the gateway) walk the same steps; only the toolset behind
-//! `Toolset::call` differs.
+//! output) → `audit` → `verify` (the policy's postcondition, for a call that ran). Each step either
+//! lets the call go on or ends it with an [`Answer`]; nothing here builds a reply. `audit` is the
+//! only writer of the call's outcome record, and its one rule is the fail-closed one: an answer
+//! whose effect happened (or may have) and could not be recorded becomes in doubt; a refusal stays
+//! a refusal. `verify` comes after it, not before (DESIGN.md §1 lists it as step 8) so that the
+//! effect's record is durable before the gate makes any call of its own about it (see
+//! `verify.rs`). [`answer::to_wire`] then gives the answer its MCP shape. Kit tools and upstream
+//! tools (the gateway) walk the same steps; only the toolset behind `Toolset::call` differs.
 //!
 //! Files: `admit.rs` (kill switch to decide), `approval.rs`, `execute.rs` (claim, run, settle),
-//! `clean.rs`, `answer.rs` (answer → wire), `gate.rs` (policy, stores, switches), `limits.rs`.
+//! `clean.rs`, `verify.rs`, `answer.rs` (answer → wire), `gate.rs` (policy, stores, switches),
+//! `limits.rs`.
 
 mod admit;
 pub mod answer;
 mod approval;
 mod clean;
 mod execute;
+mod verify;
 
 use std::ops::ControlFlow;
 use std::sync::Arc;
@@ -39,6 +43,7 @@ pub use crate::gate::{
 pub use answer::Answer;
 #[cfg(feature = "gateway")]
 pub(crate) use clean::{clean_tool_result, redact_prompt, redact_resource};
+pub use verify::Verify;
 
 use crate::toolset::{Caller, Catalog, Toolset};
 
@@ -85,6 +90,14 @@ pub(crate) struct CallState<'c> {
     /// Whether the handler was started (a lost record then makes the answer in doubt, and a
     /// cancellation is the handler's, not a waiting call's).
     started: bool,
+    /// A call the gate makes itself (a postcondition's read or compensating call): its result is
+    /// the gate's to judge, so it is neither cleaned nor verified in turn.
+    nested: bool,
+    /// The arguments, kept by `run` for a tool whose postcondition reads them after the handler
+    /// took the originals.
+    kept: Option<Map<String, Value>>,
+    /// What `verify` decided, for a call the policy gives a postcondition.
+    verify: Option<Verify>,
     /// Fields the audit record carries besides the answer's own (`approval_id`, `forwarded`).
     detail: Vec<(&'static str, Value)>,
     ct: CancellationToken,
@@ -118,6 +131,9 @@ impl<'c> CallState<'c> {
             hold: true,
             approvals_closed: None,
             started: false,
+            nested: false,
+            kept: None,
+            verify: None,
             detail: Vec::new(),
             ct,
             shutdown,
@@ -189,6 +205,7 @@ impl<'a> Corridor<'a> {
             ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
         };
         let answer = self.audit(&call, answer).await;
+        let answer = self.verify(&mut call, answer).await;
         let kind = answer.kind();
         let rule = answer.rule().unwrap_or_else(|| call.rule()).to_owned();
         let wire = answer::to_wire(answer, call.name, self.gate.policy().sha256());
@@ -199,6 +216,7 @@ impl<'a> Corridor<'a> {
             kind,
             rule,
             tier: call.verdict.as_ref().map(|v| v.tier),
+            verify: call.verify.take(),
             response: wire,
         }
     }
@@ -311,6 +329,10 @@ pub struct Outcome {
     pub rule: String,
     /// The tier the call was decided at, once the policy decided it.
     pub tier: Option<Tier>,
+    /// What the gate decided after reading back the call's effect, for a call that ran and whose
+    /// tool the policy gives a postcondition (`None` otherwise): on anything but
+    /// [`Check::Continue`](answer::Check::Continue) the caller ends its run.
+    pub verify: Option<Verify>,
     /// What an MCP client would have been sent.
     pub response: Result<CallToolResponse, ErrorData>,
 }

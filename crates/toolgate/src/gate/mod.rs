@@ -7,11 +7,12 @@
 //! It sits below both the corridor and the toolset contract and knows neither: a handler's `Call`
 //! carries the gate, the corridor walks calls through it, and neither import runs back here.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde_json::{Map, Value};
+use toolgate_core::answer::Check;
 use toolgate_core::audit::{Decision, Event, Outcome};
 use toolgate_core::canonical;
 use toolgate_core::policy::{Denial, Policy};
@@ -67,6 +68,8 @@ pub struct Gate {
     owner: Arc<str>,
     /// Token buckets per principal and tool, shared by every caller of this gate.
     limits: Arc<RateLimits>,
+    /// Postcondition decisions per tool since start, shared by every caller of this gate.
+    verifies: Arc<Mutex<BTreeMap<(String, Check), u64>>>,
 }
 
 impl Gate {
@@ -84,6 +87,7 @@ impl Gate {
             idempotency: None,
             owner: Arc::from(toolgate_store::idempotency::boot_id()),
             limits: Arc::default(),
+            verifies: Arc::default(),
         }
     }
 
@@ -238,6 +242,24 @@ impl Gate {
     #[must_use]
     pub fn limits(&self) -> &RateLimits {
         &self.limits
+    }
+
+    /// How many times each tool's postcondition ended in each decision (continue, stop, rollback)
+    /// since this gate was made, across all its callers: the counter by tool and decision that
+    /// `/metrics` is to expose (seed 000: "emit metrics for each decision"). A tool that was never
+    /// verified has no entry.
+    #[must_use]
+    pub fn verify_counts(&self) -> BTreeMap<(String, Check), u64> {
+        self.verifies
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Counts one postcondition decision for `tool`.
+    pub(crate) fn count_verify(&self, tool: &str, decision: Check) {
+        let mut counts = self.verifies.lock().unwrap_or_else(PoisonError::into_inner);
+        *counts.entry((tool.to_owned(), decision)).or_default() += 1;
     }
 
     /// Whether the caller may see and call `tool`: the policy shows it, and the caller's token

@@ -11,6 +11,7 @@ mod features;
 #[cfg(feature = "gateway")]
 mod in_process;
 mod kit;
+mod verify;
 mod wire;
 
 use std::sync::Arc;

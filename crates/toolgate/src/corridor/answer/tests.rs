@@ -3,7 +3,7 @@
 
 use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
 use serde_json::{Value, json};
-use toolgate_core::answer::{Pending, PersonRefusal};
+use toolgate_core::answer::{Check, Pending, PersonRefusal, Rollback, Unverified};
 use toolgate_core::audit::{Decision, Outcome};
 use toolgate_core::policy::Denial;
 
@@ -143,6 +143,18 @@ fn every_answer() -> Vec<Answer<CallToolResult>> {
             }),
             replay: false,
         },
+        Answer::Unverified(Unverified {
+            decision: Check::Rollback,
+            diverged: true,
+            why: "read_invoice shows a state where `result.paid == 49` is false".to_owned(),
+            observed: json!({"paid": 0}),
+            expected: "result.paid == 49".to_owned(),
+            rollback: Some(Rollback {
+                tool: "refund".to_owned(),
+                done: true,
+                why: "it ran and reported success".to_owned(),
+            }),
+        }),
     ]
 }
 
@@ -256,6 +268,13 @@ fn table() -> Vec<(Kind, Seen, Decision, Outcome)> {
             Outcome::InputRequired,
         ),
         (Kind::Task, Seen::Task, Decision::Allow, Outcome::InDoubt),
+        // It ran: its own record says committed; the `verify / rollback` record is the step's.
+        (
+            Kind::Unverified,
+            error(json!(true)),
+            Decision::Allow,
+            Outcome::Committed,
+        ),
     ]
 }
 
@@ -326,4 +345,31 @@ fn a_tool_that_said_what_happened_keeps_its_word() {
         wire.structured_content.unwrap()["executed"],
         json!("unknown")
     );
+}
+
+#[test]
+fn an_unverified_call_is_an_error_that_ran_and_says_stop_with_observed_and_expected() {
+    let answer = every_answer()
+        .into_iter()
+        .find(|a| a.kind() == Kind::Unverified)
+        .expect("one");
+    let result = complete(to_wire(answer, "pay", "p0"));
+    assert_eq!(result.is_error, Some(true));
+    let structured = result.structured_content.clone().expect("structured");
+    assert_eq!(structured["executed"], json!(true));
+    assert_eq!(structured["status"], json!("unverified"));
+    assert_eq!(structured["decision"], json!("rollback"));
+    assert_eq!(structured["rolled_back"], json!(true));
+    assert_eq!(structured["observed"], json!({"paid": 0}));
+    assert_eq!(structured["expected"], json!("result.paid == 49"));
+    let ContentBlock::Text(text) = &result.content[0] else {
+        panic!("text first: {result:?}");
+    };
+    assert!(
+        text.text
+            .starts_with("pay ran but its postcondition did not hold"),
+        "{}",
+        text.text
+    );
+    assert!(text.text.contains("Stop: do not continue"), "{}", text.text);
 }
