@@ -32,7 +32,7 @@ use rmcp::model::{CallToolResponse, CallToolResult, ContentBlock};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
-use toolgate_core::answer::Kind;
+use toolgate_core::answer::{Check, Kind};
 use toolgate_core::audit::{Decision, Outcome as Recorded};
 use toolgate_core::time::now_ms;
 use toolgate_store::approval::StoreError;
@@ -185,10 +185,12 @@ impl State {
     }
 }
 
-/// One call's answer: data for the model, or a wait for a person.
+/// One call's answer: data for the model, a wait for a person, or the gate's verdict that the
+/// effect did not hold (the data, and the run ends: seed 000's STOP, decided by the harness).
 enum Answered {
     Data(Value),
     Waiting(String),
+    Stop(Value, &'static str),
 }
 
 /// An agent: a model, the tools it may call, and the gate every call walks through.
@@ -348,6 +350,20 @@ impl Agent {
                         self.save(run_id, &state, RunStatus::Running, None, None)
                             .await?;
                     }
+                    Answered::Stop(content, why) => {
+                        state.messages.push(Message::Tool {
+                            tool_call_id: call.id.clone(),
+                            content,
+                        });
+                        self.save(run_id, &state, RunStatus::Aborted, None, Some(why))
+                            .await?;
+                        self.emit(
+                            "run_aborted",
+                            run_id,
+                            json!({"reason": why, "steps": state.steps()}),
+                        );
+                        return Ok(self.report(run_id, &state, Ending::Aborted(why.to_owned())));
+                    }
                     Answered::Waiting(approval_id) => {
                         if self.wait_for(&approval_id).await? {
                             continue;
@@ -482,13 +498,24 @@ impl Agent {
             data["tier"] = json!(tier);
         }
         match outcome.kind {
+            Kind::Unverified => {
+                // The call ran; what it left is not what it should have. The harness, not the
+                // model, decides: the run ends.
+                self.ran(run_id, tool, &outcome, ms);
+                data["error"] = json!(error_text(&outcome.response));
+                data["verified"] = json!(false);
+                let why = match outcome.verify.map(|v| v.decision) {
+                    Some(Check::Rollback) => "verify_rollback",
+                    _ => "verify_stop",
+                };
+                return Ok(Answered::Stop(data, why));
+            }
             Kind::Ran | Kind::Replay => {
+                if outcome.verify.is_some() {
+                    data["verified"] = json!(true);
+                }
                 let output = result.map_or(Value::Null, output_of);
-                self.emit(
-                    "tool_ran",
-                    run_id,
-                    json!({"tool": tool, "tier": tier, "ms": ms, "replay": outcome.kind == Kind::Replay}),
-                );
+                self.ran(run_id, tool, &outcome, ms);
                 data["output"] = output;
             }
             Kind::Pending => {
@@ -545,6 +572,30 @@ impl Agent {
             }
         }
         Ok(Answered::Data(data))
+    }
+
+    /// `tool_ran` (tier, duration, whether it was a replay), then `verify_continue`, `verify_stop`
+    /// or `verify_rollback` when the gate read the call's effect back.
+    fn ran(&self, run_id: &str, tool: &str, outcome: &corridor::Outcome, ms: u64) {
+        let tier = outcome.tier.map(|t| t.as_str());
+        let replay = outcome.kind == Kind::Replay;
+        self.emit(
+            "tool_ran",
+            run_id,
+            json!({"tool": tool, "tier": tier, "ms": ms, "replay": replay}),
+        );
+        let Some(verify) = outcome.verify else {
+            return;
+        };
+        let mut fields = json!({"tool": tool});
+        if let Some(done) = verify.rolled_back {
+            fields["rolled_back"] = json!(done);
+        }
+        self.emit(
+            &format!("verify_{}", verify.decision.as_str()),
+            run_id,
+            fields,
+        );
     }
 
     /// Arguments that are not a JSON object: refused before the corridor (there is nothing to

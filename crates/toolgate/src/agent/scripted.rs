@@ -131,12 +131,27 @@ impl Model for Scripted {
     }
 }
 
-/// The seed's closing line: "Done. Results: " and, per call, its output or why it was not done.
+/// The seed's closing line: "Done. Results: " and, per call, the tool and its outcome (the
+/// result's `status` or text) or why it was not done.
 fn summary(messages: &[Message]) -> String {
+    let names: std::collections::HashMap<&str, &str> = messages
+        .iter()
+        .flat_map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.as_slice(),
+            _ => &[],
+        })
+        .map(|call| (call.id.as_str(), call.name.as_str()))
+        .collect();
     let results: Vec<String> = messages
         .iter()
         .filter_map(|m| match m {
-            Message::Tool { content, .. } => Some(describe(content)),
+            Message::Tool {
+                tool_call_id,
+                content,
+            } => {
+                let tool = names.get(tool_call_id.as_str()).copied().unwrap_or("?");
+                Some(format!("{tool}: {}", describe(content)))
+            }
             _ => None,
         })
         .collect();
@@ -148,6 +163,9 @@ fn describe(content: &Value) -> String {
         let output = content.get("output").cloned().unwrap_or(Value::Null);
         return match output {
             Value::String(text) => text,
+            Value::Object(map) if map.get("status").is_some_and(Value::is_string) => {
+                map["status"].as_str().unwrap_or_default().to_owned()
+            }
             other => other.to_string(),
         };
     }
@@ -207,10 +225,23 @@ mod tests {
 
     #[test]
     fn the_summary_says_what_ran_and_why_the_rest_did_not() {
+        let call = |id: &str, name: &str| ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: Arguments::from(Map::new()),
+        };
         let messages = [
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![
+                    call("a", "refund"),
+                    call("b", "refund"),
+                    call("c", "delete_customer"),
+                ],
+            },
             Message::Tool {
                 tool_call_id: "a".into(),
-                content: json!({"ran": true, "output": "refunded 10.00"}),
+                content: json!({"ran": true, "output": {"status": "refunded", "amount": 10.0}}),
             },
             Message::Tool {
                 tool_call_id: "b".into(),
@@ -223,7 +254,7 @@ mod tests {
         ];
         assert_eq!(
             summary(&messages),
-            "Done. Results: refunded 10.00; not done (expired); not done (tool denied: delete_customer)"
+            "Done. Results: refund: refunded; refund: not done (expired); delete_customer: not done (tool denied: delete_customer)"
         );
     }
 

@@ -92,6 +92,18 @@ impl Setup {
         settings: Settings,
         policy: &str,
     ) -> (Agent, Lines) {
+        self.agent_on("orders", name, plan, settings, policy).await
+    }
+
+    /// [`Setup::agent`] on the built-in toolset `toolset`.
+    async fn agent_on(
+        &self,
+        toolset: &str,
+        name: &str,
+        plan: Value,
+        settings: Settings,
+        policy: &str,
+    ) -> (Agent, Lines) {
         // The previous "process" (a dropped agent) lets go of the journal's lock when its writer
         // thread ends, a moment after the drop.
         let mut tries = 0;
@@ -108,7 +120,7 @@ impl Setup {
         }
         .with_principal(Principal::new(Agent::principal(name)));
         let toolset = toolgate_demos::by_name(
-            "orders",
+            toolset,
             self.dir.path(),
             &toolgate_demos::Options::default(),
         )
@@ -517,4 +529,74 @@ async fn wait_holds_the_run_until_a_person_decides() {
     assert!(matches!(report.ending, Ending::Finished(_)));
     assert_eq!(lines.named("approval_resolved")[0]["status"], "approved");
     assert_eq!(setup.effects().len(), 1);
+}
+
+const LEDGER_VERIFY: &str = include_str!("../../../../policies/ledger-verify.toml");
+
+fn write_then_read(text: &str) -> Value {
+    json!({"steps": [
+        {"name": "write_note", "arguments": {"request_id": "req-agent-0001", "text": text}},
+        {"name": "read_ledger", "arguments": {}},
+    ]})
+}
+
+#[tokio::test]
+async fn a_write_the_ledger_holds_is_verified_and_the_run_goes_on() {
+    let setup = Setup::new();
+    let (agent, lines) = setup
+        .agent_on(
+            "ledger",
+            "scribe",
+            write_then_read("gate applied"),
+            Settings::default(),
+            LEDGER_VERIFY,
+        )
+        .await;
+    let report = agent.start("write the note").await.unwrap();
+    assert!(matches!(report.ending, Ending::Finished(_)), "{report:?}");
+    assert_eq!(lines.named("verify_continue")[0]["tool"], "write_note");
+    assert_eq!(
+        tool_answers(&setup, &report.run_id).await[0]["verified"],
+        true
+    );
+    assert!(
+        setup
+            .audit()
+            .iter()
+            .any(|r| r["decision"] == "verify" && r["outcome"] == "continue")
+    );
+}
+
+#[tokio::test]
+async fn a_write_that_does_not_hold_stops_the_run_whatever_the_model_planned() {
+    let setup = Setup::new();
+    // The condition expects a text the note never has: the observed state diverges.
+    let policy = LEDGER_VERIFY.replace("n.text == args.text", "n.text == args.text + '!'");
+    let (agent, lines) = setup
+        .agent_on(
+            "ledger",
+            "scribe",
+            write_then_read("gate applied"),
+            Settings::default(),
+            &policy,
+        )
+        .await;
+    let report = agent.start("write the note").await.unwrap();
+    assert_eq!(report.ending, Ending::Aborted("verify_stop".to_owned()));
+    assert_eq!(lines.named("verify_stop")[0]["tool"], "write_note");
+    assert_eq!(lines.named("run_aborted")[0]["reason"], "verify_stop");
+    // The model's next step (read_ledger) was never asked for: the harness stopped the run.
+    let ran: Vec<Value> = lines
+        .named("tool_ran")
+        .into_iter()
+        .map(|e| e["tool"].clone())
+        .collect();
+    assert_eq!(ran, [json!("write_note")]);
+    let answer = &tool_answers(&setup, &report.run_id).await[0];
+    assert_eq!(
+        (answer["ran"].clone(), answer["verified"].clone()),
+        (json!(true), json!(false))
+    );
+    let run = agent.runs().get(&report.run_id).await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Aborted);
 }
