@@ -1,12 +1,13 @@
 //! `toolgate demo`: the seeds' scenarios, end to end, against real `toolgate serve` child processes:
 //! seed 000's ledger, seed 003's orders (tiers, an approval by a second process, an expiry, a
-//! blocked tool) and its helpdesk over HTTP with OAuth (`http.rs`), seed 004's gated notes, and
-//! the gateway.
+//! blocked tool), its gated agent (`agent.rs`, `toolgate agent` children with the scripted model)
+//! and its helpdesk over HTTP with OAuth (`http.rs`), seed 004's gated notes, and the gateway.
 //!
 //! Nothing to set up: a temporary data directory, the seed's policy, and this very binary as the
 //! server. The harness, not a model, decides at the end: execute, verify by observation, then
 //! CONTINUE or STOP. Exit 0 when every check held, 1 when one did not.
 
+mod agent;
 mod http;
 
 use std::io::Write;
@@ -104,6 +105,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut steps = steps;
     steps.push(verify_step("audit verify", &report));
     steps.extend(orders_scenario(&root).await?);
+    steps.extend(agent::agent_scenario(&root).await?);
     steps.extend(notes_scenario(&root).await?);
     steps.extend(gateway_scenario(&root).await?);
     steps.extend(http::http_scenario(&root).await?);
