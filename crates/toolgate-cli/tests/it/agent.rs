@@ -254,3 +254,63 @@ fn killed_after_the_answer_before_the_run_saved_it_the_call_is_replayed() {
     assert_eq!(ran[0]["tool"], "refund");
     assert_eq!(ran[0]["replay"], true);
 }
+
+#[test]
+fn an_agent_in_front_of_an_upstream_server_is_gated_like_a_proxy_client() {
+    // The upstream is a real MCP server process (the testbed), started by the agent as `proxy`
+    // starts it; its own log says which calls reached it.
+    let scratch = tempfile::tempdir().expect("temp dir");
+    let up = scratch.path().join("upstream");
+    let policy = scratch.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        "version = 2\nname = \"records\"\n[defaults]\ntier = \"blocked\"\n\
+         [tools.write_record]\ntier = \"low\"\n[tools.delete_record]\ntier = \"blocked\"\n",
+    )
+    .expect("policy");
+    let plan = scratch.path().join("plan.json");
+    let steps = json!({"steps": [
+        {"name": "write_record", "arguments": {"id": "r-1", "value": "kept"}},
+        {"name": "delete_record", "arguments": {"id": "r-1"}},
+    ]});
+    std::fs::write(&plan, steps.to_string()).expect("plan");
+    let data = scratch.path().join("data");
+    let output = toolgate()
+        .args([
+            "agent",
+            "run",
+            "keep r-1",
+            "--agent",
+            "archivist",
+            "--name",
+            "testbed",
+        ])
+        .arg("--policy")
+        .arg(&policy)
+        .arg("--data")
+        .arg(&data)
+        .arg("--plan")
+        .arg(&plan)
+        .arg("--")
+        .args(super::gateway::testbed(&up, "both"))
+        .output()
+        .expect("agent");
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    let events = events(&output);
+    assert_eq!(named(&events, "tool_ran")[0]["tool"], "write_record");
+    assert_eq!(named(&events, "tool_blocked")[0]["tool"], "delete_record");
+    assert_eq!(super::gateway::calls_of(&up, "write_record"), 1);
+    assert_eq!(
+        super::gateway::calls_of(&up, "delete_record"),
+        0,
+        "never reached the upstream"
+    );
+    let audit = std::fs::read_to_string(data.join("audit.jsonl")).expect("audit");
+    let written: Value = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+        .find(|r| r["name"] == "write_record")
+        .expect("write_record's record");
+    assert_eq!(written["upstream"], "testbed");
+    assert_eq!(verify_json(&data.join("audit.jsonl")).0, 0);
+}

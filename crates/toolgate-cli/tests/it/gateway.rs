@@ -84,7 +84,7 @@ fn testbed_bin() -> PathBuf {
 }
 
 /// Command words starting the testbed on `dir` serving `protocol` (modern, legacy or both).
-fn testbed(dir: &Path, protocol: &str) -> Vec<String> {
+pub(crate) fn testbed(dir: &Path, protocol: &str) -> Vec<String> {
     vec![
         testbed_bin().display().to_string(),
         "--dir".to_owned(),
@@ -104,7 +104,7 @@ fn calls(dir: &Path) -> Vec<String> {
 }
 
 /// How many calls of `tool` reached the testbed.
-fn calls_of(dir: &Path, tool: &str) -> usize {
+pub(crate) fn calls_of(dir: &Path, tool: &str) -> usize {
     calls(dir).iter().filter(|t| *t == tool).count()
 }
 

@@ -14,6 +14,8 @@ use toolgate::agent::{Agent, DO_NOT_RETRY, Ending, EventLog, Message, Report, Se
 use toolgate::server::Gate;
 use toolgate_core::policy::Policy;
 use toolgate_core::principal::Principal;
+use toolgate_core::redact::Redactor;
+use toolgate_core::secret::Secret;
 use toolgate_core::time::now_ms;
 use toolgate_store::approval::{ApprovalStore, Verdict};
 use toolgate_store::journal::Durability;
@@ -74,12 +76,15 @@ impl Lines {
 /// One agent process's view of a data directory: its gate, the orders shop, its events.
 struct Setup {
     dir: TempDir,
+    /// Secrets the gate's redactor knows (as `--secret-file` gives them).
+    secrets: Vec<String>,
 }
 
 impl Setup {
     fn new() -> Self {
         Self {
             dir: tempfile::tempdir().unwrap(),
+            secrets: Vec::new(),
         }
     }
 
@@ -118,7 +123,13 @@ impl Setup {
                 Err(error) => panic!("{error}"),
             }
         }
-        .with_principal(Principal::new(Agent::principal(name)));
+        .with_principal(Principal::new(Agent::principal(name)))
+        .with_redactor(Redactor::new(
+            self.secrets
+                .iter()
+                .map(|s| Secret::new(s.clone()))
+                .collect(),
+        ));
         let toolset = toolgate_demos::by_name(
             toolset,
             self.dir.path(),
@@ -599,4 +610,58 @@ async fn a_write_that_does_not_hold_stops_the_run_whatever_the_model_planned() {
     );
     let run = agent.runs().get(&report.run_id).await.unwrap().unwrap();
     assert_eq!(run.status, RunStatus::Aborted);
+}
+
+#[tokio::test]
+async fn wrong_types_are_refused_before_risk_and_an_integer_is_a_number() {
+    // Seed 003's test_validation_rejects_wrong_types, through the agent: each bad call is fed
+    // back as invalid arguments, none reaches the tier decision (no approval is asked for, though
+    // amount 49 would be high), and 49 for a number field is fine.
+    let setup = Setup::new();
+    let bad = [
+        json!({"order_id": "ord_1001"}),
+        json!({"order_id": "ord_1001", "amount": "49"}),
+        json!({"order_id": "ord_1001", "amount": true}),
+        json!({"order_id": "ord_1001", "amount": 1.0, "x": 1}),
+    ];
+    let mut steps: Vec<Value> = bad
+        .iter()
+        .map(|arguments| json!({"name": "refund", "arguments": arguments}))
+        .collect();
+    steps.push(json!({"name": "refund", "arguments": {"order_id": "ord_1001", "amount": 10}}));
+    let settings = Settings {
+        max_steps: 6,
+        ..Settings::default()
+    };
+    let (agent, lines) = setup
+        .agent("support-bot", json!({"steps": steps}), settings, POLICY)
+        .await;
+    let report = agent.start("refund").await.unwrap();
+    assert!(matches!(report.ending, Ending::Finished(_)));
+    assert_eq!(lines.named("tool_invalid_args").len(), 4);
+    assert!(lines.named("approval_requested").is_empty());
+    let answers = tool_answers(&setup, &report.run_id).await;
+    assert!(
+        answers[..4]
+            .iter()
+            .all(|a| a["status"] == "invalid_args" && a["ran"] == false)
+    );
+    assert_eq!(answers[4]["ran"], true);
+    assert_eq!(setup.effects().len(), 1);
+}
+
+#[tokio::test]
+async fn a_secret_in_the_arguments_never_reaches_the_event_log() {
+    let mut setup = Setup::new();
+    let secret = "sk-live-7d1f0c9a4b2e8f6a1c3d5e7f9a0b2c4d";
+    setup.secrets.push(secret.to_owned());
+    let plan = json!({"steps": [
+        {"name": "send_email", "arguments": {"to": "ops@example.com", "subject": "key", "body": format!("the key is {secret}")}},
+        {"name": "delete_customer", "arguments": {"email": secret}},
+    ]});
+    let (agent, lines) = setup.bot(plan).await;
+    agent.start(&format!("mail {secret}")).await.unwrap();
+    let log = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    assert!(log.contains("tool_blocked"), "{log}");
+    assert!(!log.contains(secret), "{log}");
 }
