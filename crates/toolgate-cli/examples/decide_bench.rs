@@ -109,6 +109,8 @@ async fn main() -> anyhow::Result<()> {
             dry_run: json!({"would": "bench"}),
             policy_sha256: "0".repeat(64),
             expires_at: now + 60_000,
+            approvers: None,
+            approvals_required: 1,
         };
         let (row, _) = store.request(new, now).await?;
         store

@@ -1,8 +1,11 @@
 //! `toolgate approvals list | show | approve | deny`: a person decides, from another process, while
-//! the server runs. The rules (first decision wins, no self-approval, expiry is denial) are enforced
-//! by the store's SQL, so two people deciding at once cannot both win.
-//! Exit 0 done, 1 the decision was refused (already decided, expired, self-approval, unknown id),
-//! 2 the store cannot be opened.
+//! the server runs. The rules (first decision wins, no self-approval, expiry is denial, only the
+//! policy's approvers, two distinct approvers where the policy asks for two) are enforced by the
+//! store under its write lock, so two people deciding at once cannot both win. `--as human:NAME`
+//! is the user NAME for the policy's `user:NAME` entries; a terminal vouches for no group.
+//! Exit 0 done (or the vote counted and more are needed), 1 the decision was refused (already
+//! decided, expired, self-approval, not an approver, already voted, unknown id), 2 the store
+//! cannot be opened.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::{Value, json};
 use toolgate_core::time::{now_ms, rfc3339};
-use toolgate_store::approval::{Approval, ApprovalStore, DecideError, Verdict};
+use toolgate_store::approval::{Approval, ApprovalStore, DecideError, Status, Verdict};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -144,12 +147,19 @@ async fn decide(
         Ok(row) => {
             if as_json {
                 writeln!(out, "{}", describe(&row, now_ms()))?;
+            } else if row.status == Status::Pending {
+                writeln!(
+                    out,
+                    "{} approved by {identity}: {}; {} approvals are needed, the others must come from other approvers",
+                    row.id, row.tool, row.approvals_required
+                )?;
             } else {
                 writeln!(
                     out,
-                    "{} {} by {identity}: {} ({})",
+                    "{} {} by {}: {} ({})",
                     row.id,
                     row.status.as_str(),
+                    row.decided_by.as_deref().unwrap_or(&identity),
                     row.tool,
                     row.reason
                 )?;
@@ -183,8 +193,13 @@ fn summary(row: &Approval, now: i64) -> String {
         .get("would")
         .and_then(Value::as_str)
         .unwrap_or("");
+    let who = match (&row.approvers, row.approvals_required) {
+        (None, 1) => String::new(),
+        (None, n) => format!("\n    needs: {n} distinct approvers"),
+        (Some(list), n) => format!("\n    needs: {n} of {}", list.join(", ")),
+    };
     format!(
-        "{id}  {status:<8} {tool}  tier {tier}  by {requester}  {left} left\n    args: {args}\n    why: {reason}\n    would: {would}",
+        "{id}  {status:<8} {tool}  tier {tier}  by {requester}  {left} left\n    args: {args}\n    why: {reason}\n    would: {would}{who}",
         id = row.id,
         status = row.status.as_str(),
         tool = row.tool,
@@ -213,6 +228,8 @@ fn describe(row: &Approval, now: i64) -> Value {
         "decided_at": row.decided_at.map(rfc3339),
         "decision_reason": row.decision_reason,
         "used": row.used_at.is_some(),
+        "approvers": row.approvers,
+        "approvals_required": row.approvals_required,
         "policy_sha256": row.policy_sha256,
     })
 }

@@ -34,7 +34,7 @@ pub const DB_FILE: &str = "toolgate.db";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Migration `i` takes a file from `user_version` `i` to `i + 1`, and ends by writing that version.
-const MIGRATIONS: [&str; 3] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3];
+const MIGRATIONS: [&str; 4] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
 
 /// The `user_version` of a file whose schema is complete: the number of migrations.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -146,6 +146,27 @@ CREATE TABLE agent_runs (
 CREATE INDEX agent_runs_by_status ON agent_runs (status, seq);
 
 PRAGMA user_version = 3;
+";
+
+/// Who may decide an approval, and how many must agree (issue 14): the row keeps what the policy
+/// said when it was requested, and every decision is a vote. The primary key is "one vote per
+/// decider": the same approver twice counts once. An approval with `approvals_required = 1` and no
+/// list behaves exactly as before.
+const SCHEMA_V4: &str = "
+ALTER TABLE approvals ADD COLUMN approvers TEXT;
+ALTER TABLE approvals ADD COLUMN approvals_required INTEGER NOT NULL DEFAULT 1
+    CHECK (approvals_required >= 1);
+
+CREATE TABLE approval_votes (
+    approval_id TEXT    NOT NULL,
+    decider     TEXT    NOT NULL,
+    verdict     TEXT    NOT NULL CHECK (verdict IN ('approve', 'deny')),
+    reason      TEXT,
+    at          INTEGER NOT NULL,
+    PRIMARY KEY (approval_id, decider)
+) WITHOUT ROWID;
+
+PRAGMA user_version = 4;
 ";
 
 /// Opens (creating if needed) `dir/toolgate.db` with its schema.

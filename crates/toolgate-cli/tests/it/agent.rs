@@ -314,3 +314,55 @@ fn an_agent_in_front_of_an_upstream_server_is_gated_like_a_proxy_client() {
     assert_eq!(written["upstream"], "testbed");
     assert_eq!(verify_json(&data.join("audit.jsonl")).0, 0);
 }
+
+#[test]
+fn only_the_named_approvers_decide_and_two_must_agree() {
+    let shop = Shop::new(&lookup_refund_delete(49));
+    let policy = ORDERS_POLICY.replace(
+        "[tools.refund]\n",
+        "[tools.refund]\napprovers = [\"user:dana\", \"user:lee\"]\napprovals_required = 2\n",
+    );
+    assert_ne!(policy, ORDERS_POLICY);
+    std::fs::write(shop.path("orders.toml"), policy).expect("policy");
+    let first = shop
+        .agent("run", "Refund ord_1001 in full")
+        .output()
+        .expect("run");
+    assert_eq!(first.status.code(), Some(3), "{first:?}");
+    let events = events(&first);
+    let run_id = events[0]["run_id"].as_str().expect("run id").to_owned();
+    let approval = named(&events, "approval_requested")[0]["request_id"]
+        .as_str()
+        .expect("approval id")
+        .to_owned();
+    let decide = |who: &str| {
+        toolgate()
+            .args(["approvals", "approve", &approval, "--as", who, "--data"])
+            .arg(shop.path("data"))
+            .output()
+            .expect("approve")
+    };
+    let eve = decide("human:eve");
+    assert_eq!(eve.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&eve.stderr).contains("may not decide"),
+        "{eve:?}"
+    );
+    assert_eq!(decide("human:dana").status.code(), Some(0));
+    // One of two: the run is still waiting.
+    let waiting = shop.agent("resume", &run_id).output().expect("resume");
+    assert_eq!(waiting.status.code(), Some(3), "{waiting:?}");
+    assert!(shop.refunds().is_empty());
+    let again = decide("human:dana");
+    assert_eq!(
+        again.status.code(),
+        Some(1),
+        "the same approver counts once"
+    );
+    assert_eq!(decide("human:lee").status.code(), Some(0));
+    let resumed = shop.agent("resume", &run_id).output().expect("resume");
+    assert_eq!(resumed.status.code(), Some(0), "{resumed:?}");
+    let resolved = named(&self::events(&resumed), "approval_resolved")[0].clone();
+    assert_eq!(resolved["approver"], "human:dana, human:lee");
+    assert_eq!(shop.refunds().len(), 1);
+}

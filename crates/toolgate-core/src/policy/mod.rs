@@ -130,6 +130,9 @@ pub struct ToolRule {
     /// What the gate reads back after a successful call, and what it does when that does not hold
     /// (`[tools.NAME.verify]`, seed 000's execute-verify-stop).
     pub verify: Option<Postcondition>,
+    /// Who may decide this tool's approvals (`approvers`, `approvals_required`); `None` takes
+    /// `defaults`'.
+    pub approvers: Option<Approvers>,
 }
 
 /// Policy-wide settings.
@@ -149,6 +152,27 @@ pub struct Defaults {
     pub timeout: Duration,
     /// Calls per principal and tool for tools without their own limit (none: unlimited).
     pub rate_limit: Option<RateLimit>,
+    /// Who may decide the approvals of tools that name none of their own.
+    pub approvers: Approvers,
+}
+
+/// Who may decide a tool's approvals, and how many must agree (issue 14, seed 003's "check the
+/// approver's role as well"). The requester never may, whatever the list says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Approvers {
+    /// `user:NAME` and `group:NAME` entries; `None`: anyone but the requester.
+    pub allowed: Option<Vec<String>>,
+    /// Distinct approvers that must approve; any one denial denies.
+    pub required: u32,
+}
+
+impl Default for Approvers {
+    fn default() -> Self {
+        Self {
+            allowed: None,
+            required: 1,
+        }
+    }
 }
 
 /// A token bucket: `burst` calls at once, then one more every `every` (per principal and tool).
@@ -170,6 +194,7 @@ impl Default for Defaults {
             medium_window: Duration::from_secs(3600),
             timeout: Duration::from_secs(60),
             rate_limit: None,
+            approvers: Approvers::default(),
         }
     }
 }
@@ -438,6 +463,8 @@ impl Policy {
                 .unwrap_or(base.medium_window),
             timeout: dur(d.timeout.as_deref(), "defaults.timeout")?.unwrap_or(base.timeout),
             rate_limit: rate_limit(d.rate_limit, "defaults.rate_limit")?,
+            approvers: approvers(d.approvers, d.approvals_required, "defaults")?
+                .unwrap_or_default(),
         };
         if let Some(name) = &raw.name {
             check_name(name)?;
@@ -732,6 +759,14 @@ impl Policy {
         }
     }
 
+    /// Who may decide `tool`'s approvals: its own rule, else the defaults'.
+    #[must_use]
+    pub fn approvers(&self, tool: &str) -> &Approvers {
+        self.rule(tool)
+            .and_then(|r| r.approvers.as_ref())
+            .unwrap_or(&self.defaults.approvers)
+    }
+
     /// The tool's timeout: its own, else the default.
     #[must_use]
     pub fn timeout(&self, tool: &str) -> Duration {
@@ -855,7 +890,62 @@ fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
             .verify
             .map(|v| verify::postcondition(name, v))
             .transpose()?,
+        approvers: approvers(raw.approvers, raw.approvals_required, &format!("tools.{name}"))?,
     })
+}
+
+/// `approvers` and `approvals_required` of one table (`defaults` or `tools.NAME`): each entry
+/// `user:NAME` or `group:NAME`, at least one approval required, and no more than a list of users
+/// alone could ever give.
+fn approvers(
+    list: Option<Vec<String>>,
+    required: Option<u32>,
+    table: &str,
+) -> Result<Option<Approvers>, PolicyError> {
+    if list.is_none() && required.is_none() {
+        return Ok(None);
+    }
+    let required = required.unwrap_or(1);
+    if required == 0 {
+        return Err(invalid(
+            &format!("{table}.approvals_required"),
+            "must be at least 1 (an approval nobody gives is not an approval)".to_owned(),
+        ));
+    }
+    if let Some(list) = &list {
+        let field = format!("{table}.approvers");
+        if list.is_empty() {
+            return Err(invalid(
+                &field,
+                "is empty: nobody could approve; block the tool instead".to_owned(),
+            ));
+        }
+        for entry in list {
+            let valid = ["user:", "group:"].iter().any(|prefix| {
+                entry
+                    .strip_prefix(prefix)
+                    .is_some_and(|name| !name.is_empty() && !name.contains(char::is_whitespace))
+            });
+            if !valid {
+                return Err(invalid(
+                    &field,
+                    format!("{entry:?} is not \"user:NAME\" or \"group:NAME\""),
+                ));
+            }
+        }
+        let users = list.iter().filter(|e| e.starts_with("user:")).count();
+        let groups = list.len() - users;
+        if groups == 0 && usize::try_from(required).unwrap_or(usize::MAX) > users {
+            return Err(invalid(
+                &format!("{table}.approvals_required"),
+                format!("is {required}, but only {users} users may approve"),
+            ));
+        }
+    }
+    Ok(Some(Approvers {
+        allowed: list,
+        required,
+    }))
 }
 
 /// A scope token per RFC 6749 §3.3: `%x21 / %x23-5B / %x5D-7E`, at least one.

@@ -61,6 +61,8 @@ pub(super) struct RawDefaults {
     pub(super) medium_window: Option<String>,
     pub(super) timeout: Option<String>,
     pub(super) rate_limit: Option<RawRateLimit>,
+    pub(super) approvers: Option<Vec<String>>,
+    pub(super) approvals_required: Option<u32>,
 }
 
 /// `{ burst = 20, every = "2s" }`: a call may use one of `burst` saved tokens; one comes back
@@ -88,6 +90,8 @@ pub(super) struct RawTool {
     pub(super) scope: Option<String>,
     pub(super) rate_limit: Option<RawRateLimit>,
     pub(super) output: Option<String>,
+    pub(super) approvers: Option<Vec<String>>,
+    pub(super) approvals_required: Option<u32>,
     pub(super) dry_run_tool: Option<String>,
     #[serde(default)]
     pub(super) dry_run_args: serde_json::Map<String, Value>,

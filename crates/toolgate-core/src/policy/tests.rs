@@ -786,3 +786,60 @@ fn postconditions_are_checked_against_the_served_tools() {
         "policy tools.put_file.verify.rollback_args.name: remove_file has no argument `name`"
     );
 }
+
+#[test]
+fn approvers_come_from_the_tool_else_the_defaults_and_bad_lists_are_load_errors() {
+    let policy = Policy::from_bytes(
+        br#"
+version = 2
+[defaults]
+tier = "high"
+approvers = ["group:support"]
+[tools.refund]
+approvers = ["group:finance", "user:dana"]
+approvals_required = 2
+[tools.add_note]
+"#,
+    )
+    .unwrap();
+    let refund = policy.approvers("refund");
+    assert_eq!(
+        refund.allowed.as_deref(),
+        Some(&["group:finance".to_owned(), "user:dana".to_owned()][..])
+    );
+    assert_eq!(refund.required, 2);
+    let note = policy.approvers("add_note");
+    assert_eq!(note.allowed.as_deref(), Some(&["group:support".to_owned()][..]));
+    assert_eq!(note.required, 1);
+    // A policy that says nothing: anyone but the requester, one approval.
+    let open = Policy::from_bytes(b"version = 2\n[tools.x]\ntier = \"high\"\n").unwrap();
+    assert_eq!(open.approvers("x"), &Approvers::default());
+
+    let cases = [
+        (
+            "approvers = []",
+            "policy tools.x.approvers: is empty: nobody could approve; block the tool instead",
+        ),
+        (
+            "approvers = [\"dana\"]",
+            "policy tools.x.approvers: \"dana\" is not \"user:NAME\" or \"group:NAME\"",
+        ),
+        (
+            "approvers = [\"user:\"]",
+            "policy tools.x.approvers: \"user:\" is not \"user:NAME\" or \"group:NAME\"",
+        ),
+        (
+            "approvals_required = 0",
+            "policy tools.x.approvals_required: must be at least 1 (an approval nobody gives is not an approval)",
+        ),
+        (
+            "approvers = [\"user:dana\"]\napprovals_required = 2",
+            "policy tools.x.approvals_required: is 2, but only 1 users may approve",
+        ),
+    ];
+    for (table, expected) in cases {
+        let text = format!("version = 2\n[tools.x]\ntier = \"high\"\n{table}\n");
+        let err = Policy::from_bytes(text.as_bytes()).unwrap_err().to_string();
+        assert_eq!(err, expected, "{table}");
+    }
+}

@@ -37,6 +37,24 @@ pub enum DecideError {
         /// The approval's id.
         id: String,
     },
+    /// The policy names who may decide this approval, and the decider is not among them.
+    #[error("{decider} may not decide approval {id}: its approvers are {}", approvers.join(", "))]
+    NotAnApprover {
+        /// The approval's id.
+        id: String,
+        /// Who tried.
+        decider: String,
+        /// Who may (`user:NAME` / `group:NAME`).
+        approvers: Vec<String>,
+    },
+    /// This decider already voted on this approval; one person counts once.
+    #[error("{decider} already decided approval {id}; another approver must decide it")]
+    AlreadyVoted {
+        /// The approval's id.
+        id: String,
+        /// Who tried again.
+        decider: String,
+    },
     /// The database could not answer; the decision may or may not have been recorded.
     #[error(transparent)]
     Store(#[from] StoreError),

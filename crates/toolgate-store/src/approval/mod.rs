@@ -56,6 +56,57 @@ pub struct NewApproval {
     pub policy_sha256: String,
     /// Deadline for a decision (unix milliseconds); at or after it the row is expired (denied).
     pub expires_at: i64,
+    /// `user:NAME` / `group:NAME` entries of who may decide; `None`: anyone but the requester.
+    pub approvers: Option<Vec<String>>,
+    /// Distinct approvals needed before the call may run; any one denial denies it.
+    pub approvals_required: u32,
+}
+
+/// Who is deciding: an identity (`human:dana` from the terminal, `user:dana` from a login) and the
+/// groups a login vouched for (none from a terminal).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decider {
+    /// The identity recorded as the decider.
+    pub id: String,
+    /// Groups from the identity provider, matched against `group:NAME` entries.
+    pub groups: Vec<String>,
+}
+
+impl Decider {
+    /// A decider with no groups (the terminal's `--as`).
+    #[must_use]
+    pub fn new(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            groups: Vec::new(),
+        }
+    }
+
+    /// The user name behind the identity: what follows `human:` or `user:`, else the whole id.
+    #[must_use]
+    pub fn user(&self) -> &str {
+        ["human:", "user:"]
+            .iter()
+            .find_map(|prefix| self.id.strip_prefix(prefix))
+            .unwrap_or(&self.id)
+    }
+
+    /// Whether `approvers` lets this decider decide (`None`: anyone).
+    #[must_use]
+    pub fn may_decide(&self, approvers: Option<&[String]>) -> bool {
+        let Some(approvers) = approvers else {
+            return true;
+        };
+        approvers.iter().any(|entry| {
+            if let Some(user) = entry.strip_prefix("user:") {
+                user == self.user()
+            } else if let Some(group) = entry.strip_prefix("group:") {
+                self.groups.iter().any(|g| g == group)
+            } else {
+                false
+            }
+        })
+    }
 }
 
 /// Where an approval is in its life.
@@ -138,6 +189,23 @@ pub struct Approval {
     pub used_at: Option<i64>,
     /// That execution's result, replayed to repeats of the call.
     pub result: Option<serde_json::Value>,
+    /// As in [`NewApproval::approvers`].
+    pub approvers: Option<Vec<String>>,
+    /// As in [`NewApproval::approvals_required`].
+    pub approvals_required: u32,
+}
+
+/// One decider's vote on an approval.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Vote {
+    /// Who voted.
+    pub decider: String,
+    /// `true` for approve, `false` for deny.
+    pub approve: bool,
+    /// The reason they gave.
+    pub reason: Option<String>,
+    /// When (unix milliseconds).
+    pub at: i64,
 }
 
 /// A person's answer.
@@ -149,7 +217,9 @@ pub enum Verdict {
     Deny,
 }
 
+#[cfg(test)]
 impl Verdict {
+    /// The status a lone decider's verdict settles a row in.
     fn status(self) -> Status {
         match self {
             Self::Approve => Status::Approved,
@@ -209,9 +279,10 @@ impl ApprovalStore {
             // an id collision still fails and is retried with new random bits.
             let inserted = sqlx::query(
                 "INSERT INTO approvals (id, fingerprint, requester, tool, args_redacted, tier,
-                     reason, dry_run, policy_sha256, status, created_at, expires_at)
+                     reason, dry_run, policy_sha256, status, created_at, expires_at, approvers,
+                     approvals_required)
                  VALUES ('apr_' || lower(hex(randomblob(6))), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
-                     'pending', ?9, ?10)
+                     'pending', ?9, ?10, ?11, ?12)
                  ON CONFLICT (fingerprint) WHERE status = 'pending' DO NOTHING",
             )
             .bind(&new.fingerprint)
@@ -224,6 +295,12 @@ impl ApprovalStore {
             .bind(&new.policy_sha256)
             .bind(now)
             .bind(new.expires_at)
+            .bind(
+                new.approvers
+                    .as_ref()
+                    .map(|list| serde_json::Value::from(list.clone()).to_string()),
+            )
+            .bind(i64::from(new.approvals_required.max(1)))
             .execute(&mut *tx)
             .await;
             match inserted {
@@ -277,9 +354,8 @@ impl ApprovalStore {
                 .map_err(StoreError::query("cannot list approvals"))?;
         rows.iter().map(decode).collect()
     }
-
-    /// Records `decider`'s verdict. First decision wins; the requester never decides its own
-    /// request; a row at or past `expires_at` cannot be decided, marked expired or not.
+    /// Records `decider`'s decision on approval `id` (with no groups: the terminal's `--as`); see
+    /// [`ApprovalStore::decide_as`].
     ///
     /// # Errors
     /// Why the decision changed nothing, or that the database could not answer.
@@ -291,57 +367,156 @@ impl ApprovalStore {
         reason: Option<&str>,
         now: i64,
     ) -> Result<Approval, DecideError> {
-        // IMMEDIATE so that, when the update is refused, the read that explains why sees the
-        // same row the update saw.
+        self.decide_as(id, &Decider::new(decider), verdict, reason, now)
+            .await
+    }
+
+    /// Records `decider`'s vote on approval `id` and returns the row as it now stands. The rules
+    /// hold under the database's write lock, taken before anything is read: the first decision
+    /// wins (a decided row is never changed), the requester never decides, a decision at or after
+    /// expiry changes nothing, only a decider the row's `approvers` name may vote, one decider
+    /// votes once, any denial denies, and the row is approved when `approvals_required`
+    /// distinct deciders approved (until then it stays pending with the votes so far).
+    ///
+    /// # Errors
+    /// Why the vote changed nothing ([`DecideError`]), or that the database could not answer.
+    pub async fn decide_as(
+        &self,
+        id: &str,
+        decider: &Decider,
+        verdict: Verdict,
+        reason: Option<&str>,
+        now: i64,
+    ) -> Result<Approval, DecideError> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::query("cannot start a decision"))?;
-        let decided = sqlx::query(
-            "UPDATE approvals
-             SET status = ?1, decided_by = ?2, decided_at = ?3, decision_reason = ?4
-             WHERE id = ?5 AND status = 'pending' AND expires_at > ?3 AND requester <> ?2
-             RETURNING *",
-        )
-        .bind(verdict.status().as_str())
-        .bind(decider)
-        .bind(now)
-        .bind(reason)
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot record the decision"))?;
-        if let Some(row) = decided {
-            let approval = decode(&row)?;
-            tx.commit()
-                .await
-                .map_err(StoreError::query("cannot commit the decision"))?;
-            return Ok(approval);
-        }
-
         let row = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
             .bind(id)
             .fetch_optional(&mut *tx)
             .await
             .map_err(StoreError::query("cannot read the approval"))?;
-        // Nothing was written; rolling back now frees the write lock for the other deciders.
-        drop(tx);
         let Some(row) = row else {
             return Err(DecideError::NotFound { id: id.to_owned() });
         };
         let current = decode(&row)?;
-        Err(match current.status {
-            Status::Approved | Status::Denied => DecideError::AlreadyDecided {
+        match current.status {
+            Status::Approved | Status::Denied => {
+                return Err(DecideError::AlreadyDecided {
+                    id: current.id,
+                    status: current.status,
+                    by: current.decided_by,
+                });
+            }
+            Status::Expired => return Err(DecideError::Expired { id: current.id }),
+            Status::Pending if current.expires_at <= now => {
+                return Err(DecideError::Expired { id: current.id });
+            }
+            Status::Pending => {}
+        }
+        if current.requester == decider.id {
+            return Err(DecideError::SelfApproval { id: current.id });
+        }
+        if !decider.may_decide(current.approvers.as_deref()) {
+            return Err(DecideError::NotAnApprover {
                 id: current.id,
-                status: current.status,
-                by: current.decided_by,
-            },
-            Status::Expired => DecideError::Expired { id: current.id },
-            Status::Pending if current.expires_at <= now => DecideError::Expired { id: current.id },
-            // Pending and unexpired: the only condition of the update left is the requester's.
-            Status::Pending => DecideError::SelfApproval { id: current.id },
+                decider: decider.id.clone(),
+                approvers: current.approvers.unwrap_or_default(),
+            });
+        }
+        let voted = sqlx::query(
+            "INSERT INTO approval_votes (approval_id, decider, verdict, reason, at)
+             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (approval_id, decider) DO NOTHING",
+        )
+        .bind(id)
+        .bind(&decider.id)
+        .bind(match verdict {
+            Verdict::Approve => "approve",
+            Verdict::Deny => "deny",
         })
+        .bind(reason)
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("cannot record the vote"))?;
+        if voted.rows_affected() == 0 {
+            return Err(DecideError::AlreadyVoted {
+                id: current.id,
+                decider: decider.id.clone(),
+            });
+        }
+        let approvers: Vec<(String,)> = sqlx::query_as(
+            "SELECT decider FROM approval_votes WHERE approval_id = ?1 AND verdict = 'approve'
+             ORDER BY at, decider",
+        )
+        .bind(id)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(StoreError::query("cannot count the votes"))?;
+        let settled = match verdict {
+            Verdict::Deny => Some((Status::Denied, decider.id.clone())),
+            Verdict::Approve
+                if approvers.len()
+                    >= usize::try_from(current.approvals_required).unwrap_or(usize::MAX) =>
+            {
+                let names: Vec<&str> = approvers.iter().map(|(d,)| d.as_str()).collect();
+                Some((Status::Approved, names.join(", ")))
+            }
+            Verdict::Approve => None,
+        };
+        if let Some((status, by)) = settled {
+            // Still under the write lock taken at BEGIN: the row read above is the row updated.
+            sqlx::query(
+                "UPDATE approvals
+                 SET status = ?1, decided_by = ?2, decided_at = ?3, decision_reason = ?4
+                 WHERE id = ?5 AND status = 'pending'",
+            )
+            .bind(status.as_str())
+            .bind(by)
+            .bind(now)
+            .bind(reason)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("cannot record the decision"))?;
+        }
+        let row = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(StoreError::query("cannot read the approval"))?;
+        let approval = decode(&row)?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("cannot commit the decision"))?;
+        Ok(approval)
+    }
+
+    /// Who voted on approval `id` so far, in the order they voted: decider, verdict
+    /// (`approve` or `deny`), reason, when.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn votes(&self, id: &str) -> Result<Vec<Vote>, StoreError> {
+        let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
+            "SELECT decider, verdict, reason, at FROM approval_votes WHERE approval_id = ?1
+             ORDER BY at, decider",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot read the votes"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(decider, verdict, reason, at)| Vote {
+                decider,
+                approve: verdict == "approve",
+                reason,
+                at,
+            })
+            .collect())
     }
 
     /// Marks every pending row whose `expires_at <= now` as expired; returns how many.
@@ -487,7 +662,19 @@ fn decode(row: &SqliteRow) -> Result<Approval, StoreError> {
         reason: format!("unknown status {status:?}"),
     })?;
     let result: Option<String> = get(row, "result")?;
+    let approvers: Option<String> = get(row, "approvers")?;
+    let required: i64 = get(row, "approvals_required")?;
     Ok(Approval {
+        approvers: approvers
+            .map(|text| {
+                serde_json::from_str::<Vec<String>>(&text).map_err(|e| StoreError::Corrupt {
+                    id: id.clone(),
+                    column: "approvers",
+                    reason: e.to_string(),
+                })
+            })
+            .transpose()?,
+        approvals_required: u32::try_from(required).unwrap_or(1).max(1),
         fingerprint: get(row, "fingerprint")?,
         requester: get(row, "requester")?,
         tool: get(row, "tool")?,

@@ -21,6 +21,8 @@ fn new_approval(fingerprint: &str) -> NewApproval {
         dry_run: json!({"would_delete": ["refs/heads/main"]}),
         policy_sha256: "ab".repeat(32),
         expires_at: T0 + TTL,
+        approvers: None,
+        approvals_required: 1,
     }
 }
 
@@ -521,4 +523,176 @@ async fn a_newer_schema_is_refused() {
         ),
         "{err:?}"
     );
+}
+
+/// A request only `approvers` may decide, needing `required` distinct approvals.
+async fn guarded(store: &ApprovalStore, approvers: &[&str], required: u32) -> Approval {
+    let new = NewApproval {
+        approvers: Some(approvers.iter().map(|a| (*a).to_owned()).collect()),
+        approvals_required: required,
+        ..new_approval("fp-guarded")
+    };
+    let (approval, created) = store.request(new, T0).await.unwrap();
+    assert!(created);
+    approval
+}
+
+fn in_group(id: &str, group: &str) -> Decider {
+    Decider {
+        id: id.to_owned(),
+        groups: vec![group.to_owned()],
+    }
+}
+
+#[tokio::test]
+async fn only_the_named_approvers_decide_and_a_refusal_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(dir.path()).await.unwrap();
+    let row = guarded(&store, &["group:finance", "user:dana"], 1).await;
+    assert_eq!(row.approvers.as_deref().map(<[String]>::len), Some(2));
+    // Not in the list: refused, nothing recorded.
+    let outsider = store
+        .decide_as(
+            &row.id,
+            &in_group("user:eve", "support"),
+            Verdict::Approve,
+            None,
+            T0 + 1,
+        )
+        .await;
+    assert!(
+        matches!(outsider, Err(DecideError::NotAnApprover { .. })),
+        "{outsider:?}"
+    );
+    assert!(store.votes(&row.id).await.unwrap().is_empty());
+    // `human:dana` from the terminal is the user dana; a finance login is in by its group.
+    let dana = store
+        .decide(&row.id, "human:dana", Verdict::Approve, Some("ok"), T0 + 2)
+        .await
+        .unwrap();
+    assert_eq!(dana.status, Status::Approved);
+    assert_eq!(dana.decided_by.as_deref(), Some("human:dana"));
+}
+
+#[tokio::test]
+async fn two_distinct_approvers_are_needed_and_the_same_one_twice_counts_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(dir.path()).await.unwrap();
+    let row = guarded(&store, &["group:finance"], 2).await;
+    let first = store
+        .decide_as(
+            &row.id,
+            &in_group("user:ana", "finance"),
+            Verdict::Approve,
+            None,
+            T0 + 1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(first.status, Status::Pending, "one approval of two");
+    let again = store
+        .decide_as(
+            &row.id,
+            &in_group("user:ana", "finance"),
+            Verdict::Approve,
+            None,
+            T0 + 2,
+        )
+        .await;
+    assert!(
+        matches!(again, Err(DecideError::AlreadyVoted { .. })),
+        "{again:?}"
+    );
+    assert_eq!(
+        store.get(&row.id, T0 + 2).await.unwrap().unwrap().status,
+        Status::Pending
+    );
+    let second = store
+        .decide_as(
+            &row.id,
+            &in_group("user:bo", "finance"),
+            Verdict::Approve,
+            Some("checked"),
+            T0 + 3,
+        )
+        .await
+        .unwrap();
+    assert_eq!(second.status, Status::Approved);
+    assert_eq!(second.decided_by.as_deref(), Some("user:ana, user:bo"));
+    assert_eq!(store.votes(&row.id).await.unwrap().len(), 2);
+    // Used by exactly one execution, as any approval.
+    assert!(store.consume(&row.id, T0 + 4).await.unwrap());
+    assert!(!store.consume(&row.id, T0 + 5).await.unwrap());
+}
+
+#[tokio::test]
+async fn a_denial_after_one_approval_denies() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(dir.path()).await.unwrap();
+    let row = guarded(&store, &["group:finance"], 2).await;
+    store
+        .decide_as(
+            &row.id,
+            &in_group("user:ana", "finance"),
+            Verdict::Approve,
+            None,
+            T0 + 1,
+        )
+        .await
+        .unwrap();
+    let denied = store
+        .decide_as(
+            &row.id,
+            &in_group("user:bo", "finance"),
+            Verdict::Deny,
+            Some("not this one"),
+            T0 + 2,
+        )
+        .await
+        .unwrap();
+    assert_eq!(denied.status, Status::Denied);
+    assert_eq!(denied.decided_by.as_deref(), Some("user:bo"));
+    assert!(!store.consume(&row.id, T0 + 3).await.unwrap());
+    // Decided: a third approver changes nothing.
+    let late = store
+        .decide_as(
+            &row.id,
+            &in_group("user:cy", "finance"),
+            Verdict::Approve,
+            None,
+            T0 + 4,
+        )
+        .await;
+    assert!(
+        matches!(late, Err(DecideError::AlreadyDecided { .. })),
+        "{late:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deciders_racing_in_separate_handles_count_each_person_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(dir.path()).await.unwrap();
+    let row = guarded(&store, &["group:finance"], 2).await;
+    // Eight handles (as eight processes would): four people, each twice.
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let handle = ApprovalStore::open(dir.path()).await.unwrap();
+        let id = row.id.clone();
+        tasks.push(tokio::spawn(async move {
+            let who = in_group(&format!("user:p{}", i % 4), "finance");
+            handle
+                .decide_as(&id, &who, Verdict::Approve, None, T0 + 1)
+                .await
+                .is_ok()
+        }));
+    }
+    let mut counted = 0;
+    for task in tasks {
+        counted += usize::from(task.await.unwrap());
+    }
+    assert_eq!(counted, 2, "exactly the two votes that approved it");
+    let row = store.get(&row.id, T0 + 2).await.unwrap().unwrap();
+    assert_eq!(row.status, Status::Approved);
+    assert_eq!(store.votes(&row.id).await.unwrap().len(), 2);
 }

@@ -107,6 +107,8 @@ impl Corridor<'_> {
             dry_run: self.dry_run(call, verdict).await,
             policy_sha256: policy.sha256().to_owned(),
             expires_at: now.saturating_add(ttl),
+            approvers: policy.approvers(call.name).allowed.clone(),
+            approvals_required: policy.approvers(call.name).required,
         };
         let (row, created) = answered(store.request(new, now).await)?;
         if created {
