@@ -19,6 +19,7 @@ use toolgate::agent::openai::{ChatCompletions, Config};
 use toolgate::agent::scripted::Scripted;
 use toolgate::agent::{Agent, Ending, EventLog, Model, Report, Settings};
 use toolgate::gateway::Gateway;
+use toolgate::notify::Notifier;
 use toolgate::toolset::Toolset;
 use toolgate_core::principal::Principal;
 use toolgate_core::secret::Secret;
@@ -123,21 +124,24 @@ pub(crate) struct AgentArgs {
 pub(crate) async fn run(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Run(args) => {
-            let agent = build(&args.agent).await?;
-            let report = agent.start(&args.task).await?;
-            Ok(finish(&report, &args.agent))
+            let (agent, notifier) = build(&args.agent).await?;
+            let report = agent.start(&args.task).await;
+            // A run that paused for a person exits at once: its announcement goes out first.
+            gate::settle(notifier.as_ref(), args.agent.gate.grace()?).await;
+            Ok(finish(&report?, &args.agent))
         }
         Command::Resume(args) => {
-            let agent = build(&args.agent).await?;
-            let report = agent.resume(&args.run).await?;
-            Ok(finish(&report, &args.agent))
+            let (agent, notifier) = build(&args.agent).await?;
+            let report = agent.resume(&args.run).await;
+            gate::settle(notifier.as_ref(), args.agent.gate.grace()?).await;
+            Ok(finish(&report?, &args.agent))
         }
         Command::Runs(args) => list(&args).await,
     }
 }
 
-/// The agent the flags describe, on its gate.
-async fn build(args: &AgentArgs) -> anyhow::Result<Agent> {
+/// The agent the flags describe, on its gate, and the gate's notifier (to settle before exit).
+async fn build(args: &AgentArgs) -> anyhow::Result<(Agent, Option<Notifier>)> {
     let model = model(args)?;
     let policy = load_policy(&args.gate.policy)?;
     let specs = match (&args.toolset, args.upstreams.given()) {
@@ -174,10 +178,10 @@ async fn build(args: &AgentArgs) -> anyhow::Result<Agent> {
             .transpose()
             .context("--wait must be a non-negative number of seconds")?,
     };
-    Ok(
-        Agent::new(gate, toolset, model, &args.gate.data, EventLog::stdout())?
-            .with_settings(settings),
-    )
+    let notifier = gate.notifier().cloned();
+    let agent = Agent::new(gate, toolset, model, &args.gate.data, EventLog::stdout())?
+        .with_settings(settings);
+    Ok((agent, notifier))
 }
 
 /// The scripted model of `--plan`, or the Chat Completions adapter of `--model`.

@@ -1,9 +1,9 @@
-//! The wiring `serve` and `proxy` share: their common flags, the policy loaded and checked against
-//! the tools served, the gate opened on the data directory (journal repaired after a crash,
-//! approval queue, state and idempotency stores, redactor, open gate switches, the local caller),
-//! and the loop that serves it on stdio or HTTP.
+//! The wiring `serve`, `proxy` and `agent` share: their common flags, the policy loaded and checked
+//! against the tools served, the gate opened on the data directory (journal repaired after a crash,
+//! approval queue, state and idempotency stores, redactor, open gate switches, the local caller,
+//! approval notifications), and the loop that serves it on stdio or HTTP.
 //!
-//! Both commands build the same gate the same way, so a difference between the kit and the gateway
+//! All three build the same gate the same way, so a difference between the kit and the gateway
 //! is always in what they serve, never in how they are gated. The secrets come in from here (files
 //! the flags name, credentials the caller read from the environment): the library never reads
 //! either.
@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use toolgate::notify::{self, Notifier};
 use toolgate::server::Gate;
 use toolgate::{GateServer, stdio, toolset};
 use toolgate_core::policy::Policy;
@@ -41,9 +42,25 @@ pub(crate) struct Args {
     #[arg(long = "secret-file", value_name = "FILE")]
     secret_files: Vec<PathBuf>,
     /// Seconds to let calls already received finish after stdin closes or SIGINT/SIGTERM
-    /// arrives (calls held for an approval answer pending at once).
+    /// arrives (calls held for an approval answer pending at once); notifications still being
+    /// delivered get as long again.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     grace: f64,
+    /// POST a signed JSON notification to URL each time a call opens an approval request
+    /// (https, or plain http to this machine). Needs --webhook-secret-file.
+    #[arg(long, value_name = "URL", requires = "webhook_secret_file")]
+    webhook: Option<String>,
+    /// A file holding the webhook's signing secret (HMAC-SHA256, at least 16 characters; trimmed).
+    /// Read at start, never printed, redacted from every log line.
+    #[arg(long, value_name = "FILE", requires = "webhook")]
+    webhook_secret_file: Option<PathBuf>,
+    /// A file holding a Slack incoming-webhook URL: each new approval request is posted there.
+    /// The URL is a credential: read at start, never printed, redacted from every log line.
+    #[arg(long, value_name = "FILE")]
+    slack_webhook_file: Option<PathBuf>,
+    /// Base URL of the approvals console: notifications link to URL/approvals/ID.
+    #[arg(long, value_name = "URL")]
+    console_url: Option<String>,
 }
 
 impl Args {
@@ -89,27 +106,98 @@ pub(crate) async fn open(
     durability: Durability,
     credentials: impl IntoIterator<Item = Secret>,
 ) -> anyhow::Result<Gate> {
+    // First: a bad URL or a missing file stops start-up before the journal or database opens.
+    let (notifications, notify_secrets) = notifications(args)?;
     let mut secrets = read_secrets(&args.secret_files)?;
     secrets.extend(credentials);
+    secrets.extend(notify_secrets);
     let redactor = Redactor::new(secrets);
     crate::logging::use_redactor(Arc::new(redactor.clone()));
-    Ok(Gate::open(policy, &args.data, durability)
+    let gate = Gate::open(policy, &args.data, durability)
         .await?
         .with_redactor(redactor)
         .with_switches(env_var)
-        .with_principal(toolgate::identity::local_principal()))
+        .with_principal(toolgate::identity::local_principal());
+    let Some(config) = notifications else {
+        return Ok(gate);
+    };
+    let notifier = Notifier::start(config).context("cannot start approval notifications")?;
+    tracing::info!(
+        channels = notifier.channels(),
+        "new approval requests are announced"
+    );
+    Ok(gate.with_notifier(notifier))
+}
+
+/// Checks the flags that name files and URLs (notifications) without opening anything, for a
+/// command that writes to the data directory before it opens the gate: a bad flag then changes
+/// nothing on disk.
+pub(crate) fn check(args: &Args) -> anyhow::Result<()> {
+    notifications(args).map(drop)
+}
+
+/// The notification targets the flags name, read and checked, and the secrets they hold (the
+/// webhook's key, the Slack URL) for the redactor; `None` when no target is named.
+fn notifications(args: &Args) -> anyhow::Result<(Option<notify::Config>, Vec<Secret>)> {
+    let mut config = notify::Config::new();
+    let mut secrets = Vec::new();
+    if let (Some(url), Some(file)) = (&args.webhook, &args.webhook_secret_file) {
+        let secret = read_secret(file, "webhook secret file")?;
+        let webhook = notify::Webhook::new(url, &secret).map_err(|error| {
+            let flag = match error {
+                notify::ConfigError::WeakSecret { .. } => {
+                    format!("--webhook-secret-file {}", file.display())
+                }
+                _ => "--webhook".to_owned(),
+            };
+            anyhow::Error::new(error).context(flag)
+        })?;
+        config = config.with_webhook(webhook);
+        secrets.push(secret);
+    }
+    if let Some(file) = &args.slack_webhook_file {
+        let url = read_secret(file, "Slack webhook file")?;
+        // The error names the file, never the URL in it.
+        let slack = notify::Slack::new(&url)
+            .with_context(|| format!("--slack-webhook-file {}", file.display()))?;
+        config = config.with_slack(slack);
+        secrets.push(url);
+    }
+    if let Some(base) = &args.console_url {
+        config = config.with_console(notify::Console::new(base).context("--console-url")?);
+    }
+    Ok(((!config.is_empty()).then_some(config), secrets))
+}
+
+/// Gives notifications still being delivered up to `limit` before the process exits, and says
+/// how many did not make it (their approvals stay decidable all the same).
+pub(crate) async fn settle(notifier: Option<&Notifier>, limit: Duration) {
+    let Some(notifier) = notifier else {
+        return;
+    };
+    let undelivered = notifier.drain(limit).await;
+    if undelivered > 0 {
+        tracing::warn!(
+            undelivered,
+            waited_ms = u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+            "approval notifications still undelivered at exit"
+        );
+    }
 }
 
 /// One secret per `--secret-file`, trimmed.
 fn read_secrets(files: &[PathBuf]) -> anyhow::Result<Vec<Secret>> {
     files
         .iter()
-        .map(|file| {
-            let value = std::fs::read_to_string(file)
-                .with_context(|| format!("cannot read secret file {}", file.display()))?;
-            Ok(Secret::new(value.trim().to_owned()))
-        })
+        .map(|file| read_secret(file, "secret file"))
         .collect()
+}
+
+/// The secret in `file`, trimmed; `what` names the file in the error.
+fn read_secret(file: &Path, what: &str) -> anyhow::Result<Secret> {
+    let value = std::fs::read_to_string(file)
+        .with_context(|| format!("cannot read {what} {}", file.display()))?;
+    Ok(Secret::new(value.trim().to_owned()))
 }
 
 /// Serves `toolset` behind `gate` on stdio until stdin closes or SIGINT/SIGTERM, or on HTTP
@@ -121,6 +209,7 @@ pub(crate) async fn serve(
     http: &crate::http::HttpArgs,
 ) -> anyhow::Result<ExitCode> {
     let journal = gate.journal().clone();
+    let notifier = gate.notifier().cloned();
     let sweeper = toolgate::server::Sweeper::start(&gate);
     let server = GateServer::new(gate, toolset);
     if http.enabled() {
@@ -131,6 +220,7 @@ pub(crate) async fn serve(
             .context("stdio transport failed")?;
     }
     drop(sweeper);
+    settle(notifier.as_ref(), grace).await;
     let stats = journal.stats();
     tracing::info!(
         records = stats.records,

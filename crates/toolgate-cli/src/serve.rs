@@ -28,6 +28,7 @@ pub(crate) struct Args {
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = load_policy(&args.gate.policy)?;
+    gate::check(&args.gate)?;
     // Check against a scratch instance first: a policy that does not fit changes nothing on disk.
     let scratch = tempfile::tempdir().context("cannot create a scratch directory")?;
     let options = demos::Options {

@@ -102,6 +102,8 @@ pub mod gateway;
 pub mod http;
 pub mod identity;
 pub mod kit;
+#[cfg(feature = "notify")]
+pub mod notify;
 pub mod server;
 pub mod stdio;
 pub mod toolset;
@@ -139,9 +141,14 @@ pub(crate) fn seconds_up(wait: std::time::Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
-/// Outgoing HTTPS (upstreams, JWKS, documents) uses rustls with ring; installed once per process
-/// (a second install is a no-op error).
-#[cfg(any(feature = "http", feature = "gateway", feature = "agent"))]
+/// Outgoing HTTPS (upstreams, JWKS, documents, notifications) uses rustls with ring; installed once
+/// per process (a second install is a no-op error).
+#[cfg(any(
+    feature = "http",
+    feature = "gateway",
+    feature = "agent",
+    feature = "notify"
+))]
 pub(crate) fn install_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }

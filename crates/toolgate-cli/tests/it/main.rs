@@ -7,6 +7,7 @@ mod crash;
 mod gateway;
 mod http;
 mod interop;
+mod notify;
 mod process;
 mod stdio;
 mod tiers;

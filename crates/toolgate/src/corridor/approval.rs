@@ -122,6 +122,12 @@ impl Corridor<'_> {
                     why: unavailable.to_string(),
                 });
             }
+            // Only a new row: a retry that attached to it was announced already. Queued, never
+            // awaited, so a slow receiver cannot hold up the call (notify/mod.rs).
+            #[cfg(feature = "notify")]
+            if let Some(notifier) = self.gate.notifier() {
+                notifier.requested(&row);
+            }
         }
         Continue(row)
     }

@@ -70,6 +70,9 @@ pub struct Gate {
     limits: Arc<RateLimits>,
     /// Postcondition decisions per tool since start, shared by every caller of this gate.
     verifies: Arc<Mutex<BTreeMap<(String, Check), u64>>>,
+    /// Announces new approval requests; shared by every caller of this gate.
+    #[cfg(feature = "notify")]
+    notifier: Option<crate::notify::Notifier>,
 }
 
 impl Gate {
@@ -88,6 +91,8 @@ impl Gate {
             owner: Arc::from(toolgate_store::idempotency::boot_id()),
             limits: Arc::default(),
             verifies: Arc::default(),
+            #[cfg(feature = "notify")]
+            notifier: None,
         }
     }
 
@@ -169,6 +174,22 @@ impl Gate {
     pub fn with_approvals(mut self, store: ApprovalStore) -> Self {
         self.approvals = Some(store);
         self
+    }
+
+    /// Who hears about each new approval request (a signed webhook, a Slack message); without it,
+    /// a request waits to be found with `toolgate approvals list` or in the console.
+    #[cfg(feature = "notify")]
+    #[must_use]
+    pub fn with_notifier(mut self, notifier: crate::notify::Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
+    /// What announces new approval requests, if this gate has it.
+    #[cfg(feature = "notify")]
+    #[must_use]
+    pub fn notifier(&self) -> Option<&crate::notify::Notifier> {
+        self.notifier.as_ref()
     }
 
     /// Where the kill switch and the per-principal budgets are kept; without it, neither is

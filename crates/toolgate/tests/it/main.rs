@@ -11,6 +11,8 @@ mod features;
 #[cfg(feature = "gateway")]
 mod in_process;
 mod kit;
+#[cfg(feature = "notify")]
+mod notify;
 mod verify;
 mod wire;
 
