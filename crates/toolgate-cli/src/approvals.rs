@@ -47,6 +47,19 @@ enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// Per tool, how approval requests ended over a window, flagging tools approved nearly
+    /// always (approval fatigue: the policy's `defaults.approval_fatigue`, default 0.9).
+    Stats {
+        /// The window, back from now: `7d`, `24h`, `30m`.
+        #[arg(long, default_value = "7d")]
+        window: String,
+        /// The policy whose `approval_fatigue` threshold applies.
+        #[arg(long, value_name = "FILE")]
+        policy: Option<PathBuf>,
+        /// Flag a tool only once this many of its requests ended.
+        #[arg(long, default_value_t = 10)]
+        min_decided: u64,
+    },
     /// Deny: the caller is told not to retry.
     Deny {
         id: String,
@@ -78,6 +91,58 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 for row in &rows {
                     writeln!(out, "{}", summary(row, now))?;
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Stats {
+            window,
+            policy,
+            min_decided,
+        } => {
+            let window = toolgate_core::policy::parse_duration(&window)
+                .with_context(|| format!("--window {window:?} is not a duration like 7d or 24h"))?;
+            let threshold = match policy {
+                Some(path) => crate::gate::load_policy(&path)?.defaults().approval_fatigue,
+                None => toolgate_core::policy::Defaults::default().approval_fatigue,
+            };
+            let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+            let stats = store
+                .stats(now.saturating_sub(window_ms), now)
+                .await
+                .context("cannot count approvals")?;
+            for tool in &stats {
+                let fatigued = tool.decided() >= min_decided && tool.approval_rate() >= threshold;
+                if args.json {
+                    let line = json!({
+                        "tool": tool.tool,
+                        "approved": tool.approved,
+                        "denied": tool.denied,
+                        "expired": tool.expired,
+                        "pending": tool.pending,
+                        "approval_rate": tool.approval_rate(),
+                        "fatigue": fatigued,
+                    });
+                    writeln!(out, "{line}")?;
+                } else {
+                    writeln!(
+                        out,
+                        "{:<24} approved {:>4}  denied {:>4}  expired {:>4}  pending {:>4}  {:>5.1}% approved{}",
+                        tool.tool,
+                        tool.approved,
+                        tool.denied,
+                        tool.expired,
+                        tool.pending,
+                        tool.approval_rate() * 100.0,
+                        if fatigued {
+                            "  FATIGUE: approved nearly always; raise its threshold or look closer"
+                        } else {
+                            ""
+                        }
+                    )?;
+                }
+            }
+            if stats.is_empty() && !args.json {
+                writeln!(out, "no approval requests in the window")?;
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -154,6 +154,9 @@ pub struct Defaults {
     pub rate_limit: Option<RateLimit>,
     /// Who may decide the approvals of tools that name none of their own.
     pub approvers: Approvers,
+    /// A tool whose ended approval requests were approved at least this often (a share, 0 to 1)
+    /// is flagged: people may be approving without reading (seed 003's approval fatigue).
+    pub approval_fatigue: f64,
 }
 
 /// Who may decide a tool's approvals, and how many must agree (issue 14, seed 003's "check the
@@ -195,6 +198,7 @@ impl Default for Defaults {
             timeout: Duration::from_secs(60),
             rate_limit: None,
             approvers: Approvers::default(),
+            approval_fatigue: 0.9,
         }
     }
 }
@@ -465,6 +469,16 @@ impl Policy {
             rate_limit: rate_limit(d.rate_limit, "defaults.rate_limit")?,
             approvers: approvers(d.approvers, d.approvals_required, "defaults")?
                 .unwrap_or_default(),
+            approval_fatigue: match d.approval_fatigue {
+                None => base.approval_fatigue,
+                Some(share) if (0.0..=1.0).contains(&share) && share > 0.0 => share,
+                Some(share) => {
+                    return Err(invalid(
+                        "defaults.approval_fatigue",
+                        format!("{share} is not a share of requests above 0 and at most 1"),
+                    ));
+                }
+            },
         };
         if let Some(name) = &raw.name {
             check_name(name)?;
@@ -890,7 +904,11 @@ fn tool_rule(name: &str, raw: RawTool) -> Result<ToolRule, PolicyError> {
             .verify
             .map(|v| verify::postcondition(name, v))
             .transpose()?,
-        approvers: approvers(raw.approvers, raw.approvals_required, &format!("tools.{name}"))?,
+        approvers: approvers(
+            raw.approvers,
+            raw.approvals_required,
+            &format!("tools.{name}"),
+        )?,
     })
 }
 
@@ -991,6 +1009,13 @@ fn arg_rules(
             ))
         })
         .collect()
+}
+
+/// A duration as the policy writes one (`"500ms"`, `"30s"`, `"5m"`, `"1h"`, `"7d"`), for commands
+/// that take one the same way.
+#[must_use]
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    raw::duration(text)
 }
 
 fn dur(text: Option<&str>, field: &str) -> Result<Option<Duration>, PolicyError> {

@@ -63,6 +63,7 @@ pub(super) struct RawDefaults {
     pub(super) rate_limit: Option<RawRateLimit>,
     pub(super) approvers: Option<Vec<String>>,
     pub(super) approvals_required: Option<u32>,
+    pub(super) approval_fatigue: Option<f64>,
 }
 
 /// `{ burst = 20, every = "2s" }`: a call may use one of `burst` saved tokens; one comes back

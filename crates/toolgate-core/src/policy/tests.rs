@@ -809,7 +809,10 @@ approvals_required = 2
     );
     assert_eq!(refund.required, 2);
     let note = policy.approvers("add_note");
-    assert_eq!(note.allowed.as_deref(), Some(&["group:support".to_owned()][..]));
+    assert_eq!(
+        note.allowed.as_deref(),
+        Some(&["group:support".to_owned()][..])
+    );
     assert_eq!(note.required, 1);
     // A policy that says nothing: anyone but the requester, one approval.
     let open = Policy::from_bytes(b"version = 2\n[tools.x]\ntier = \"high\"\n").unwrap();

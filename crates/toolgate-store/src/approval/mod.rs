@@ -195,6 +195,40 @@ pub struct Approval {
     pub approvals_required: u32,
 }
 
+/// How one tool's approval requests ended over a window (seed 003's "watch approval fatigue").
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ToolStats {
+    /// The tool.
+    pub tool: String,
+    /// Requests approved.
+    pub approved: u64,
+    /// Requests a person denied.
+    pub denied: u64,
+    /// Requests nobody decided in time.
+    pub expired: u64,
+    /// Requests still waiting.
+    pub pending: u64,
+}
+
+impl ToolStats {
+    /// Requests that ended (approved, denied or expired).
+    #[must_use]
+    pub fn decided(&self) -> u64 {
+        self.approved + self.denied + self.expired
+    }
+
+    /// The share of ended requests that were approved (0 when none ended).
+    #[must_use]
+    pub fn approval_rate(&self) -> f64 {
+        match self.decided() {
+            0 => 0.0,
+            // Counts of requests stay far below 2^52: the conversion is exact.
+            #[allow(clippy::cast_precision_loss)]
+            n => self.approved as f64 / n as f64,
+        }
+    }
+}
+
 /// One decider's vote on an approval.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Vote {
@@ -492,6 +526,36 @@ impl ApprovalStore {
             .await
             .map_err(StoreError::query("cannot commit the decision"))?;
         Ok(approval)
+    }
+
+    /// Per tool, how the approval requests made since `since` (unix milliseconds) ended, after
+    /// expiring due rows; tools in name order.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn stats(&self, since: i64, now: i64) -> Result<Vec<ToolStats>, StoreError> {
+        self.expire_due(now).await?;
+        let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT tool,
+                    sum(status = 'approved'), sum(status = 'denied'),
+                    sum(status = 'expired'), sum(status = 'pending')
+             FROM approvals WHERE created_at >= ?1 GROUP BY tool ORDER BY tool",
+        )
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot count the approvals"))?;
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok(rows
+            .into_iter()
+            .map(|(tool, approved, denied, expired, pending)| ToolStats {
+                tool,
+                approved: count(approved),
+                denied: count(denied),
+                expired: count(expired),
+                pending: count(pending),
+            })
+            .collect())
     }
 
     /// Who voted on approval `id` so far, in the order they voted: decider, verdict

@@ -696,3 +696,37 @@ async fn deciders_racing_in_separate_handles_count_each_person_once() {
     assert_eq!(row.status, Status::Approved);
     assert_eq!(store.votes(&row.id).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn stats_count_how_each_tools_requests_ended_in_the_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(dir.path()).await.unwrap();
+    for (i, verdict) in [Verdict::Approve, Verdict::Approve, Verdict::Deny]
+        .iter()
+        .enumerate()
+    {
+        let row = pending(&store, &format!("fp-{i}")).await;
+        store
+            .decide(&row.id, "human:dana", *verdict, None, T0 + 1)
+            .await
+            .unwrap();
+    }
+    pending(&store, "fp-expires").await;
+    let stats = store.stats(T0, T0 + TTL + 1).await.unwrap();
+    assert_eq!(
+        stats,
+        [ToolStats {
+            tool: "delete_branch".to_owned(),
+            approved: 2,
+            denied: 1,
+            expired: 1,
+            pending: 0,
+        }]
+    );
+    assert_eq!(stats[0].decided(), 4);
+    assert!((stats[0].approval_rate() - 0.5).abs() < f64::EPSILON);
+    assert!(
+        store.stats(T0 + 1, T0 + TTL + 1).await.unwrap().is_empty(),
+        "outside the window"
+    );
+}
