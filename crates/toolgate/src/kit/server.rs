@@ -118,6 +118,8 @@ pub struct Server {
     policy: Option<PolicySource>,
     data_dir: Option<PathBuf>,
     durability: Durability,
+    #[cfg(feature = "notify")]
+    notifier: Option<crate::notify::Notifier>,
 }
 
 #[derive(Debug)]
@@ -146,6 +148,8 @@ impl Server {
             policy: None,
             data_dir: None,
             durability: Durability::Synced,
+            #[cfg(feature = "notify")]
+            notifier: None,
         }
     }
 
@@ -262,6 +266,15 @@ impl Server {
         self
     }
 
+    /// Announces each new approval request through `notifier` (a signed webhook, a Slack
+    /// message), as `toolgate serve --webhook …` does.
+    #[cfg(feature = "notify")]
+    #[must_use]
+    pub fn notifier(mut self, notifier: crate::notify::Notifier) -> Self {
+        self.notifier = Some(notifier);
+        self
+    }
+
     /// Checks everything and opens the data directory: the server, ready for any transport.
     ///
     /// # Errors
@@ -308,6 +321,11 @@ impl Server {
             .with_redactor((*redactor).clone())
             .with_switches(|name| env.get(name).map(str::to_owned))
             .with_principal(crate::identity::local_principal());
+        #[cfg(feature = "notify")]
+        let gate = match self.notifier {
+            Some(notifier) => gate.with_notifier(notifier),
+            None => gate,
+        };
         let identity = Identity {
             info: Implementation::new(self.name, self.version),
             instructions: self.instructions,

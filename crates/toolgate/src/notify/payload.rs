@@ -36,6 +36,8 @@ pub(super) fn webhook(approval: &Approval, console: Option<&Console>) -> Value {
         "requested_at": rfc3339(approval.created_at),
         "expires_at": rfc3339(approval.expires_at),
         "policy_sha256": approval.policy_sha256,
+        "approvers": approval.approvers,
+        "approvals_required": approval.approvals_required,
         "console_url": console.map(|c| c.link(&approval.id)),
     })
 }

@@ -64,6 +64,17 @@ fn the_webhook_body_has_every_field_a_receiver_acts_on() {
         "https://gate.example.com/console/approvals/apr_0123456789ab"
     );
     assert!(payload::webhook(&row(), None)["console_url"].is_null());
+    // Who may decide, so a receiver can route the request to them.
+    assert!(body["approvers"].is_null(), "anyone but the requester");
+    assert_eq!(body["approvals_required"], 1);
+    let two = Approval {
+        approvers: Some(vec!["group:finance".to_owned()]),
+        approvals_required: 2,
+        ..row()
+    };
+    let body = payload::webhook(&two, None);
+    assert_eq!(body["approvers"], json!(["group:finance"]));
+    assert_eq!(body["approvals_required"], 2);
 }
 
 #[test]

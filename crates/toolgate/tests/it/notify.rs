@@ -593,3 +593,74 @@ async fn a_retry_of_the_pending_call_is_not_announced_again() {
         "one announcement per approval"
     );
 }
+
+#[tokio::test]
+async fn a_kit_server_given_a_notifier_announces_its_approval_requests() {
+    let receiver = Receiver::start(vec![], Behaviour::Status(200)).await;
+    let notifier = Notifier::start(
+        Config::new()
+            .with_webhook(webhook_to(&receiver))
+            .with_retry(quick_retry()),
+    )
+    .expect("notifier");
+    let data = tempfile::tempdir().expect("data dir");
+    let policy = Policy::from_bytes(
+        b"version = 2\nname = \"payments\"\n[defaults]\ntier = \"blocked\"\napproval_wait = \"1ms\"\n[tools.pay]\ntier = \"high\"\n",
+    )
+    .expect("policy");
+    let built = toolgate::kit::Server::new("payments")
+        .env(toolgate::kit::Env::default())
+        .data_dir(data.path())
+        .policy(policy)
+        .notifier(notifier.clone())
+        .tool(
+            toolgate::kit::Tool::new("pay")
+                .description("Pay an invoice.")
+                .input_schema(json!({
+                    "type": "object",
+                    "properties": {"invoice": {"type": "string"}},
+                    "required": ["invoice"],
+                }))
+                .handler(|args: Value, _ctx| async move { toolgate::kit::ok_result(args) }),
+        )
+        .build()
+        .await
+        .expect("kit server");
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    let serving = tokio::spawn(built.server().clone().serve(tokio::io::split(server)));
+    let (read, mut write) = tokio::io::split(client);
+    let call = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "pay",
+            "arguments": {"invoice": "inv-1001"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+            },
+        },
+    });
+    write
+        .write_all(format!("{call}\n").as_bytes())
+        .await
+        .expect("send");
+    let line = BufReader::new(read)
+        .lines()
+        .next_line()
+        .await
+        .expect("read")
+        .expect("an answer");
+    let answer: Value = serde_json::from_str(&line).expect("json");
+    let approval = answer["result"]["structuredContent"]["approval_id"]
+        .as_str()
+        .expect("a pending answer names its approval")
+        .to_owned();
+    assert_eq!(notifier.drain(Duration::from_secs(10)).await, 0);
+    let got = receiver.received();
+    assert_eq!(got.len(), 1);
+    let body = got[0].json();
+    assert_eq!(body["approval_id"], approval.as_str());
+    assert_eq!(body["tool"], "pay");
+    assert!(signature_valid(&got[0]));
+    serving.abort();
+}
