@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use serde_json::{Value, json};
 use toolgate_core::time::{now_ms, rfc3339};
-use toolgate_store::approval::{Approval, ApprovalStore, DecideError, Status, Verdict};
+use toolgate_store::approval::{Approval, ApprovalStore, DecideError, Status, Verdict, Vote};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
@@ -82,14 +82,25 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 .list(all, now)
                 .await
                 .context("cannot list approvals")?;
+            let mut listed = Vec::with_capacity(rows.len());
+            for row in rows {
+                let votes = store
+                    .votes(&row.id)
+                    .await
+                    .context("cannot read the votes")?;
+                listed.push((row, votes));
+            }
             if args.json {
-                let rows: Vec<Value> = rows.iter().map(|r| describe(r, now)).collect();
+                let rows: Vec<Value> = listed
+                    .iter()
+                    .map(|(row, votes)| describe(row, votes, now))
+                    .collect();
                 writeln!(out, "{}", Value::Array(rows))?;
-            } else if rows.is_empty() {
+            } else if listed.is_empty() {
                 writeln!(out, "no {}approvals", if all { "" } else { "pending " })?;
             } else {
-                for row in &rows {
-                    writeln!(out, "{}", summary(row, now))?;
+                for (row, votes) in &listed {
+                    writeln!(out, "{}", summary(row, votes, now))?;
                 }
             }
             Ok(ExitCode::SUCCESS)
@@ -152,7 +163,11 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
             .context("cannot read the approval")?
         {
             Some(row) => {
-                let value = describe(&row, now);
+                let votes = store
+                    .votes(&row.id)
+                    .await
+                    .context("cannot read the votes")?;
+                let value = describe(&row, &votes, now);
                 if args.json {
                     writeln!(out, "{value}")?;
                 } else {
@@ -211,7 +226,11 @@ async fn decide(
     match store.decide(id, &identity, verdict, reason, now_ms()).await {
         Ok(row) => {
             if as_json {
-                writeln!(out, "{}", describe(&row, now_ms()))?;
+                let votes = store
+                    .votes(&row.id)
+                    .await
+                    .context("cannot read the votes")?;
+                writeln!(out, "{}", describe(&row, &votes, now_ms()))?;
             } else if row.status == Status::Pending {
                 writeln!(
                     out,
@@ -252,17 +271,27 @@ fn time_left(row: &Approval, now: i64) -> String {
     format!("{}m{:02}s", left / 60, left % 60)
 }
 
-fn summary(row: &Approval, now: i64) -> String {
+fn summary(row: &Approval, votes: &[Vote], now: i64) -> String {
     let would = row
         .dry_run
         .get("would")
         .and_then(Value::as_str)
         .unwrap_or("");
-    let who = match (&row.approvers, row.approvals_required) {
+    let mut who = match (&row.approvers, row.approvals_required) {
         (None, 1) => String::new(),
         (None, n) => format!("\n    needs: {n} distinct approvers"),
         (Some(list), n) => format!("\n    needs: {n} of {}", list.join(", ")),
     };
+    if !votes.is_empty() && row.approvals_required > 1 {
+        let cast: Vec<String> = votes
+            .iter()
+            .map(|v| {
+                let verdict = if v.approve { "approved" } else { "denied" };
+                format!("{} {verdict}", v.decider)
+            })
+            .collect();
+        who.push_str(&format!("\n    so far: {}", cast.join(", ")));
+    }
     format!(
         "{id}  {status:<8} {tool}  tier {tier}  by {requester}  {left} left\n    args: {args}\n    why: {reason}\n    would: {would}{who}",
         id = row.id,
@@ -276,7 +305,18 @@ fn summary(row: &Approval, now: i64) -> String {
     )
 }
 
-fn describe(row: &Approval, now: i64) -> Value {
+fn describe(row: &Approval, votes: &[Vote], now: i64) -> Value {
+    let votes: Vec<Value> = votes
+        .iter()
+        .map(|v| {
+            json!({
+                "decider": v.decider,
+                "verdict": if v.approve { "approve" } else { "deny" },
+                "reason": v.reason,
+                "at": rfc3339(v.at),
+            })
+        })
+        .collect();
     json!({
         "id": row.id,
         "status": row.status.as_str(),
@@ -295,6 +335,7 @@ fn describe(row: &Approval, now: i64) -> Value {
         "used": row.used_at.is_some(),
         "approvers": row.approvers,
         "approvals_required": row.approvals_required,
+        "votes": votes,
         "policy_sha256": row.policy_sha256,
     })
 }

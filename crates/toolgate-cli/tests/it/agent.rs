@@ -349,6 +349,16 @@ fn only_the_named_approvers_decide_and_two_must_agree() {
         "{eve:?}"
     );
     assert_eq!(decide("human:dana").status.code(), Some(0));
+    let shown = toolgate()
+        .args(["approvals", "show", &approval, "--json", "--data"])
+        .arg(shop.path("data"))
+        .output()
+        .expect("show");
+    let shown: Value = serde_json::from_slice(&shown.stdout).expect("one approval");
+    assert_eq!(shown["status"], "pending");
+    assert_eq!(shown["approvals_required"], 2);
+    assert_eq!(shown["votes"][0]["decider"], "human:dana");
+    assert_eq!(shown["votes"][0]["verdict"], "approve");
     // One of two: the run is still waiting.
     let waiting = shop.agent("resume", &run_id).output().expect("resume");
     assert_eq!(waiting.status.code(), Some(3), "{waiting:?}");
