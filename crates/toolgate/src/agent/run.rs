@@ -478,13 +478,7 @@ impl Agent {
             Ok(CallToolResponse::Complete(result)) => Some(result),
             _ => None,
         };
-        let detail = result.and_then(|r| r.structured_content.clone());
-        let approval_id = detail
-            .as_ref()
-            .and_then(|d| d.get("approval_id"))
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .or_else(|| ran_under_approval(&outcome.rule));
+        let approval_id = outcome.approval_id.clone();
         if let Some(id) = &approval_id
             && outcome.kind != Kind::Pending
         {
@@ -724,12 +718,6 @@ impl Agent {
             Err(TryLockError::Error(source)) => Err(failed(source)),
         }
     }
-}
-
-/// The approval a call ran under, from its rule (`approval ID by WHO`).
-fn ran_under_approval(rule: &str) -> Option<String> {
-    let rest = rule.strip_prefix("approval ")?;
-    rest.split_whitespace().next().map(str::to_owned)
 }
 
 /// Calls with an id each (`call_TURN_INDEX` where the model gave none).

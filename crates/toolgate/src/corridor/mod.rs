@@ -208,6 +208,16 @@ impl<'a> Corridor<'a> {
         let answer = self.verify(&mut call, answer).await;
         let kind = answer.kind();
         let rule = answer.rule().unwrap_or_else(|| call.rule()).to_owned();
+        let approval_id = match &answer {
+            Answer::Pending(pending) => Some(pending.approval_id.clone()),
+            // `approve` notes the approval a call ran under, was replayed from or refused by.
+            _ => call
+                .detail
+                .iter()
+                .find(|(key, _)| *key == "approval_id")
+                .and_then(|(_, id)| id.as_str())
+                .map(str::to_owned),
+        };
         let wire = answer::to_wire(answer, call.name, self.gate.policy().sha256());
         if let (Some(id), Ok(CallToolResponse::Complete(result))) = (&call.approval, &wire) {
             self.keep_approved_result(id, result).await;
@@ -216,6 +226,7 @@ impl<'a> Corridor<'a> {
             kind,
             rule,
             tier: call.verdict.as_ref().map(|v| v.tier),
+            approval_id,
             verify: call.verify.take(),
             response: wire,
         }
@@ -329,6 +340,8 @@ pub struct Outcome {
     pub rule: String,
     /// The tier the call was decided at, once the policy decided it.
     pub tier: Option<Tier>,
+    /// The approval the call waits for, ran under, was replayed from or was refused by.
+    pub approval_id: Option<String>,
     /// What the gate decided after reading back the call's effect, for a call that ran and whose
     /// tool the policy gives a postcondition (`None` otherwise): on anything but
     /// [`Check::Continue`](answer::Check::Continue) the caller ends its run.
