@@ -34,7 +34,7 @@ pub const DB_FILE: &str = "toolgate.db";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Migration `i` takes a file from `user_version` `i` to `i + 1`, and ends by writing that version.
-const MIGRATIONS: [&str; 4] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4];
+const MIGRATIONS: [&str; 5] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
 
 /// The `user_version` of a file whose schema is complete: the number of migrations.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -167,6 +167,33 @@ CREATE TABLE approval_votes (
 ) WITHOUT ROWID;
 
 PRAGMA user_version = 4;
+";
+
+/// The approvals console's logins (issue 14; see [`crate::console`]): one-time login links and
+/// the sessions they open. Only SHA-256 digests of the secrets are kept, so a copy of the file
+/// logs nobody in. `used_at` set once, by one conditional update, is "a link works once", for
+/// every process and replica that reads this file.
+const SCHEMA_V5: &str = "
+CREATE TABLE console_logins (
+    token_sha256 TEXT    PRIMARY KEY,
+    identity     TEXT    NOT NULL,
+    created_at   INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL,
+    used_at      INTEGER
+) WITHOUT ROWID;
+
+CREATE TABLE console_sessions (
+    id_sha256  TEXT    PRIMARY KEY,
+    identity   TEXT    NOT NULL,
+    -- JSON array of the groups the login vouched for (none for a login link).
+    groups     TEXT    NOT NULL,
+    via        TEXT    NOT NULL CHECK (via IN ('link', 'oidc')),
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    ended_at   INTEGER
+) WITHOUT ROWID;
+
+PRAGMA user_version = 5;
 ";
 
 /// Opens (creating if needed) `dir/toolgate.db` with its schema.

@@ -9,7 +9,8 @@
 //! - [`state`]: the kill switch and the per-principal budget of medium-tier calls;
 //! - [`idempotency`]: the idempotency keys of mutations forwarded upstream, so that a retried call
 //!   has one effect;
-//! - [`runs`]: the agents' runs, paused while a person decides and resumed after.
+//! - [`runs`]: the agents' runs, paused while a person decides and resumed after;
+//! - [`console`]: who is signed in to the approvals console (one-time login links, sessions).
 //!
 //! What it must not do: decide policy, or know any toolset. It only makes decisions and effects
 //! durable, in order, exactly once, and enforces the rules of the queue, the switch, the budgets
@@ -64,6 +65,7 @@
 #![deny(missing_docs)]
 
 pub mod approval;
+pub mod console;
 mod db;
 mod error;
 pub mod idempotency;

@@ -388,6 +388,34 @@ impl ApprovalStore {
                 .map_err(StoreError::query("cannot list approvals"))?;
         rows.iter().map(decode).collect()
     }
+    /// The newest `limit` rows that are no longer pending (approved, denied, expired), newest
+    /// first, after expiring due rows; with `tool` and `requester`, only that tool's rows for that
+    /// requester (the history a person deciding a new request of theirs looks at).
+    ///
+    /// # Errors
+    /// The database could not answer; never an empty list in its place.
+    pub async fn decided(
+        &self,
+        of: Option<(&str, &str)>,
+        limit: u32,
+        now: i64,
+    ) -> Result<Vec<Approval>, StoreError> {
+        self.expire_due(now).await?;
+        let (tool, requester) = of.unzip();
+        let rows = sqlx::query(
+            "SELECT * FROM approvals WHERE status <> 'pending'
+                 AND (?1 IS NULL OR (tool = ?1 AND requester = ?2))
+             ORDER BY seq DESC LIMIT ?3",
+        )
+        .bind(tool)
+        .bind(requester)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot list decided approvals"))?;
+        rows.iter().map(decode).collect()
+    }
+
     /// Records `decider`'s decision on approval `id` (with no groups: the terminal's `--as`); see
     /// [`ApprovalStore::decide_as`].
     ///

@@ -730,3 +730,55 @@ async fn stats_count_how_each_tools_requests_ended_in_the_window() {
         "outside the window"
     );
 }
+
+#[tokio::test]
+async fn decided_lists_ended_rows_newest_first_and_filters_by_tool_and_requester() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(dir.path()).await.unwrap();
+    let first = approved(&store, "fp-1").await;
+    let still_pending = pending(&store, "fp-2").await;
+    let mut other = new_approval("fp-3");
+    other.requester = "agent:other".to_owned();
+    let (other, _) = store.request(other, T0).await.unwrap();
+    store
+        .decide(&other.id, "human:alice", Verdict::Deny, Some("no"), T0 + 2)
+        .await
+        .unwrap();
+    let mut soon = new_approval("fp-4");
+    soon.expires_at = T0 + 5;
+    let (soon, _) = store.request(soon, T0).await.unwrap();
+
+    let ids = |rows: Vec<Approval>| rows.into_iter().map(|r| r.id).collect::<Vec<_>>();
+    // The due row is expired by the read itself, and the pending one is never listed.
+    assert_eq!(
+        ids(store.decided(None, 10, T0 + 10).await.unwrap()),
+        [soon.id.clone(), other.id.clone(), first.id.clone()]
+    );
+    assert_eq!(
+        ids(store.decided(None, 2, T0 + 10).await.unwrap()),
+        [soon.id.clone(), other.id]
+    );
+    assert_eq!(
+        ids(store
+            .decided(Some(("delete_branch", AGENT)), 10, T0 + 10)
+            .await
+            .unwrap()),
+        [soon.id, first.id]
+    );
+    assert!(
+        store
+            .decided(Some(("other_tool", AGENT)), 10, T0 + 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        store
+            .get(&still_pending.id, T0 + 10)
+            .await
+            .unwrap()
+            .unwrap()
+            .status,
+        Status::Pending
+    );
+}

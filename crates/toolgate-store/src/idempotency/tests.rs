@@ -534,7 +534,7 @@ async fn a_fresh_file_gets_every_table_at_the_current_version() {
     let dir = tempfile::tempdir().unwrap();
     let store = IdempotencyStore::open(dir.path()).await.unwrap();
     assert_eq!(user_version(&store.pool).await, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 4);
+    assert_eq!(SCHEMA_VERSION, 5);
     let tables: Vec<(String,)> =
         sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
             .fetch_all(&store.pool)
@@ -548,6 +548,8 @@ async fn a_fresh_file_gets_every_table_at_the_current_version() {
             "approval_votes",
             "approvals",
             "budget_charges",
+            "console_logins",
+            "console_sessions",
             "idempotency",
             "killswitch",
             "killswitch_principals"
@@ -620,8 +622,8 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
 async fn a_file_of_a_newer_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = IdempotencyStore::open(dir.path()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 4);
-    sqlx::query("PRAGMA user_version = 5")
+    assert_eq!(SCHEMA_VERSION, 5);
+    sqlx::query("PRAGMA user_version = 6")
         .execute(&store.pool)
         .await
         .unwrap();
@@ -631,7 +633,7 @@ async fn a_file_of_a_newer_version_is_refused() {
         matches!(
             err,
             StoreError::SchemaTooNew {
-                found: 5,
+                found: 6,
                 supported: SCHEMA_VERSION,
                 ..
             }

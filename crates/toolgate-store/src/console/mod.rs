@@ -1,0 +1,217 @@
+//! Who is signed in to the approvals console: one-time login links and the sessions they open
+//! (issue 14), in `toolgate.db` beside the approvals they decide.
+//!
+//! Owns the `console_logins` and `console_sessions` tables and two rules: a login link opens at
+//! most one session, ever, whichever process or replica redeems it; and a session that expired or
+//! was ended identifies nobody. It does not make the secrets (the console draws them from the
+//! operating system), check who may decide what (the approval queue does, with the identity and
+//! groups a session carries), or speak HTTP.
+//!
+//! Design decision: only SHA-256 digests of the link tokens and session ids are stored, so the
+//! database, a backup of it, or a process that can read it learns nobody's session. "Once" is
+//! the `used_at IS NULL` condition of the one `UPDATE … RETURNING` that redeems a link: two
+//! browsers racing on one link get one session between them, as with the approvals' own rules.
+
+#[cfg(test)]
+mod tests;
+
+use sqlx::sqlite::SqlitePool;
+
+use crate::error::StoreError;
+
+/// How a session was opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// A one-time login link printed by `toolgate console` (one person on their machine).
+    Link,
+    /// OpenID Connect against the team's identity provider.
+    Oidc,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Link => "link",
+            Self::Oidc => "oidc",
+        }
+    }
+
+    fn parse(text: &str) -> Option<Self> {
+        match text {
+            "link" => Some(Self::Link),
+            "oidc" => Some(Self::Oidc),
+            _ => None,
+        }
+    }
+}
+
+/// A signed-in person, as a session row holds them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Session {
+    /// The identity decisions are recorded under (`human:dana` from a link, `user:SUB` from a
+    /// login).
+    pub identity: String,
+    /// Groups the login vouched for, matched against the policy's `group:NAME` approvers.
+    pub groups: Vec<String>,
+    /// How the session was opened.
+    pub via: Via,
+    /// When it stops identifying anyone (unix milliseconds).
+    pub expires_at: i64,
+}
+
+/// The console's logins in `dir/toolgate.db`; cheap to clone.
+#[derive(Clone, Debug)]
+pub struct ConsoleStore {
+    pool: SqlitePool,
+}
+
+impl ConsoleStore {
+    /// The console's logins over the approval queue's connections.
+    #[must_use]
+    pub fn beside(approvals: &crate::approval::ApprovalStore) -> Self {
+        Self {
+            pool: approvals.pool().clone(),
+        }
+    }
+
+    /// Records a login link for `identity`, usable once until `expires_at`, and forgets links
+    /// and sessions that can no longer be used.
+    ///
+    /// # Errors
+    /// The database could not answer (then no link exists).
+    pub async fn mint_login(
+        &self,
+        token_sha256: &str,
+        identity: &str,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::query("cannot start a login link"))?;
+        sqlx::query("DELETE FROM console_logins WHERE expires_at <= ?1 OR used_at IS NOT NULL")
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("cannot forget used login links"))?;
+        sqlx::query("DELETE FROM console_sessions WHERE expires_at <= ?1 OR ended_at IS NOT NULL")
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::query("cannot forget ended sessions"))?;
+        sqlx::query(
+            "INSERT INTO console_logins (token_sha256, identity, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4)",
+        )
+        .bind(token_sha256)
+        .bind(identity)
+        .bind(now)
+        .bind(expires_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::query("cannot record the login link"))?;
+        tx.commit()
+            .await
+            .map_err(StoreError::query("cannot commit the login link"))
+    }
+
+    /// Uses the login link whose token has this digest: the identity it was minted for, exactly
+    /// once; `None` for an unknown, used or expired link.
+    ///
+    /// # Errors
+    /// The database could not answer (then the link was not used).
+    pub async fn redeem_login(
+        &self,
+        token_sha256: &str,
+        now: i64,
+    ) -> Result<Option<String>, StoreError> {
+        let row: Option<(String,)> = sqlx::query_as(
+            "UPDATE console_logins SET used_at = ?2
+             WHERE token_sha256 = ?1 AND used_at IS NULL AND expires_at > ?2
+             RETURNING identity",
+        )
+        .bind(token_sha256)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot redeem the login link"))?;
+        Ok(row.map(|(identity,)| identity))
+    }
+
+    /// Opens a session whose id has this digest.
+    ///
+    /// # Errors
+    /// The database could not answer (then no session exists).
+    pub async fn open_session(
+        &self,
+        id_sha256: &str,
+        session: &Session,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO console_sessions (id_sha256, identity, groups, via, created_at, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+        )
+        .bind(id_sha256)
+        .bind(&session.identity)
+        .bind(serde_json::Value::from(session.groups.clone()).to_string())
+        .bind(session.via.as_str())
+        .bind(now)
+        .bind(session.expires_at)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot open the session"))?;
+        Ok(())
+    }
+
+    /// The live session whose id has this digest; `None` if unknown, expired or ended.
+    ///
+    /// # Errors
+    /// The database could not answer (the caller must then treat the request as signed out).
+    pub async fn session(&self, id_sha256: &str, now: i64) -> Result<Option<Session>, StoreError> {
+        let row: Option<(String, String, String, i64)> = sqlx::query_as(
+            "SELECT identity, groups, via, expires_at FROM console_sessions
+             WHERE id_sha256 = ?1 AND ended_at IS NULL AND expires_at > ?2",
+        )
+        .bind(id_sha256)
+        .bind(now)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot read the session"))?;
+        let Some((identity, groups, via, expires_at)) = row else {
+            return Ok(None);
+        };
+        let corrupt = |column: &'static str, reason: String| StoreError::Corrupt {
+            id: format!("session of {identity}"),
+            column,
+            reason,
+        };
+        let groups: Vec<String> =
+            serde_json::from_str(&groups).map_err(|e| corrupt("groups", e.to_string()))?;
+        let via = Via::parse(&via).ok_or_else(|| corrupt("via", format!("unknown {via:?}")))?;
+        Ok(Some(Session {
+            identity,
+            groups,
+            via,
+            expires_at,
+        }))
+    }
+
+    /// Ends the session whose id has this digest (signing out); ending it twice is a no-op.
+    ///
+    /// # Errors
+    /// The database could not answer (then the session may still be live).
+    pub async fn end_session(&self, id_sha256: &str, now: i64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE console_sessions SET ended_at = ?2 WHERE id_sha256 = ?1 AND ended_at IS NULL",
+        )
+        .bind(id_sha256)
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot end the session"))?;
+        Ok(())
+    }
+}
