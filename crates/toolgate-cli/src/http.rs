@@ -67,23 +67,23 @@ pub(crate) struct HttpArgs {
     insecure_no_auth: bool,
 }
 
+/// `--http`'s value: `PORT` or `localhost:PORT` (on 127.0.0.1), or `HOST:PORT` with an IP address.
+pub(crate) fn parse_address(text: &str) -> anyhow::Result<SocketAddr> {
+    let port = text
+        .strip_prefix("localhost:")
+        .unwrap_or(text)
+        .parse::<u16>();
+    if let Ok(port) = port {
+        return Ok(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port));
+    }
+    text.parse::<SocketAddr>()
+        .with_context(|| format!("--http {text:?}: expected PORT or HOST:PORT"))
+}
+
 impl HttpArgs {
     /// Where to listen: `PORT` or `HOST:PORT`.
     fn address(&self) -> anyhow::Result<Option<SocketAddr>> {
-        let Some(text) = &self.http else {
-            return Ok(None);
-        };
-        let port = text
-            .strip_prefix("localhost:")
-            .unwrap_or(text)
-            .parse::<u16>();
-        if let Ok(port) = port {
-            return Ok(Some(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port)));
-        }
-        let addr = text
-            .parse::<SocketAddr>()
-            .with_context(|| format!("--http {text:?}: expected PORT or HOST:PORT"))?;
-        Ok(Some(addr))
+        self.http.as_deref().map(parse_address).transpose()
     }
 
     /// Whether `--http` was given (then the server speaks HTTP, not stdio).

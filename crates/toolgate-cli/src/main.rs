@@ -8,6 +8,7 @@
 mod agent;
 mod approvals;
 mod audit;
+mod console;
 mod demo;
 mod gate;
 mod http;
@@ -49,6 +50,8 @@ enum Command {
     Demo(demo::Args),
     /// Decide pending approvals from another terminal while the server runs.
     Approvals(approvals::Args),
+    /// Decide pending approvals in a browser: a live web console on the data directory.
+    Console(console::Args),
     /// Idempotency keys whose outcome is unknown: list them, or forget one after checking.
     Keys(keys::Args),
     /// Block every tool (durable; a running server obeys on its next call).
@@ -85,6 +88,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Demo(args) => demo::run(args).await,
             Command::Policy(command) => policy::run(command).await,
             Command::Approvals(args) => approvals::run(args).await,
+            Command::Console(args) => console::run(args).await,
             Command::Killswitch(args) => killswitch::run(args).await,
             Command::Agent(command) => agent::run(command).await,
         }

@@ -31,6 +31,7 @@ impl Shape {
             // rmcp's service logs three info lines per HTTP request (a service per stateless
             // request): 10-15% of the server's CPU at saturation, and nothing an operator acts on.
             Command::Serve(_) | Command::Proxy(_) => "info,rmcp::service=warn",
+            Command::Console(_) => "info",
             Command::Audit(_)
             | Command::Demo(_)
             | Command::Policy(_)

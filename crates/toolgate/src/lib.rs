@@ -94,6 +94,8 @@
 
 #[cfg(feature = "agent")]
 pub mod agent;
+#[cfg(feature = "console")]
+pub mod console;
 pub mod corridor;
 pub mod gate;
 #[cfg(feature = "gateway")]

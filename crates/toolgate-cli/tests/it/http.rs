@@ -393,21 +393,21 @@ fn modern_request(method: &str, mut params: Value) -> Value {
 // ---------------------------------------------------------------------------------------------
 
 /// A plain HTTP/1.1 client (reqwest), driven from synchronous tests.
-struct Http {
+pub(super) struct Http {
     runtime: tokio::runtime::Runtime,
     client: reqwest::Client,
 }
 
 /// What came back.
 #[derive(Debug, Clone)]
-struct Reply {
-    status: u16,
+pub(super) struct Reply {
+    pub(super) status: u16,
     headers: Vec<(String, String)>,
-    body: String,
+    pub(super) body: String,
 }
 
 impl Http {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -423,7 +423,7 @@ impl Http {
         Self { runtime, client }
     }
 
-    fn send(
+    pub(super) fn send(
         &self,
         method: &str,
         url: &str,
@@ -463,7 +463,7 @@ impl Http {
 
 impl Reply {
     /// The (first) value of header `name`, case-insensitively.
-    fn header(&self, name: &str) -> Option<&str> {
+    pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))

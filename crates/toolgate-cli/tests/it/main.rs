@@ -3,6 +3,7 @@
 mod agent;
 mod approvals;
 mod clients;
+mod console;
 mod crash;
 mod gateway;
 mod http;

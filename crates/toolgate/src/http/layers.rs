@@ -54,7 +54,7 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 ///
 /// hyper bounds its read buffer, but headers that arrive in one read can pass it; the sum of
 /// names and values is what a client could make us hold and scan.
-pub(super) async fn header_cap(request: Request, next: Next) -> Response {
+pub(crate) async fn header_cap(request: Request, next: Next) -> Response {
     let size: usize = request
         .headers()
         .iter()
@@ -75,7 +75,7 @@ pub(super) async fn header_cap(request: Request, next: Next) -> Response {
 
 /// The `Host` and `Origin` values a request may carry.
 #[derive(Debug)]
-pub(super) struct Door {
+pub(crate) struct Door {
     /// A name (any port) or `name:port`, as configured.
     hosts: Vec<String>,
     /// Allowed origins as [`normal_origin`]s, compared with each request's.
@@ -83,7 +83,7 @@ pub(super) struct Door {
 }
 
 impl Door {
-    pub(super) fn new(config: &HttpConfig) -> Self {
+    pub(crate) fn new(config: &HttpConfig) -> Self {
         Self {
             hosts: config.allowed_hosts.clone(),
             origins: config
@@ -100,7 +100,7 @@ impl Door {
 /// A second `Host` or `Origin` is 400 before either is looked at (RFC 9112 §3.2 for `Host`): a
 /// check that reads the first and a reader further in that reads the last would otherwise judge
 /// two different requests.
-pub(super) async fn host_and_origin(
+pub(crate) async fn host_and_origin(
     State(door): State<Arc<Door>>,
     request: Request,
     next: Next,
@@ -163,11 +163,11 @@ pub(super) fn host_allowed(host: &str, allowed: &[String]) -> bool {
 
 /// An Origin against the allow-list (already [`normal_origin`]s), compared as (scheme, host,
 /// port) with default ports filled in.
-pub(super) fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
+pub(crate) fn origin_allowed(origin: &str, allowed: &[String]) -> bool {
     normal_origin(origin).is_some_and(|origin| allowed.contains(&origin))
 }
 
-pub(super) fn normal_origin(origin: &str) -> Option<String> {
+pub(crate) fn normal_origin(origin: &str) -> Option<String> {
     let url = url::Url::parse(origin).ok()?;
     let host = url.host_str()?;
     let port = url.port_or_known_default()?;

@@ -23,7 +23,7 @@
 pub mod auth;
 mod challenge;
 mod error;
-mod layers;
+pub(crate) mod layers;
 mod message;
 #[cfg(test)]
 mod tests;
