@@ -101,7 +101,8 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         },
         ..Fatigue::default()
     };
-    let link_ttl = duration(&args.link_ttl, "--link-ttl")?;
+    // Checked before anything is bound or written.
+    duration(&args.link_ttl, "--link-ttl")?;
     let approvals = open(&args.data).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -127,10 +128,6 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .with_fatigue(fatigue)
         .with_shutdown(shutdown.clone());
     let identity = args.identity.unwrap_or_else(toolgate::identity::human);
-    let token = mint(console.logins(), &identity, link_ttl).await?;
-    if let Err(error) = std::fs::write(args.data.join(URL_FILE), format!("{base}\n")) {
-        tracing::warn!(error = %error, "cannot write the console's address for `console link`");
-    }
     tracing::info!(address = %bound, url = %base, "toolgate console serving");
     if !bound.ip().is_loopback() && !base.starts_with("https:") {
         tracing::warn!(
@@ -138,10 +135,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
              can be read on the way; put it behind TLS and pass --public-url https://…"
         );
     }
-    eprintln!(
-        "toolgate console: sign in as {identity} by opening this link (it works once, for {}):\n  {base}/login?token={token}",
-        args.link_ttl
-    );
+    announce(&console, &args.data, &base, &identity, &args.link_ttl).await?;
     http::serve(
         listener,
         console.router(),
@@ -152,6 +146,30 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     .await
     .context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Mints the first login link of a console served at `base` and prints it for the person at the
+/// terminal, and writes `base` where `console link` finds it.
+pub(crate) async fn announce(
+    console: &Console,
+    data: &Path,
+    base: &str,
+    identity: &str,
+    ttl_text: &str,
+) -> anyhow::Result<()> {
+    let token = mint(
+        console.logins(),
+        identity,
+        duration(ttl_text, "--link-ttl")?,
+    )
+    .await?;
+    if let Err(error) = std::fs::write(data.join(URL_FILE), format!("{base}\n")) {
+        tracing::warn!(error = %error, "cannot write the console's address for `console link`");
+    }
+    eprintln!(
+        "toolgate console: sign in as {identity} by opening this link (it works once, for {ttl_text}):\n  {base}/login?token={token}"
+    );
+    Ok(())
 }
 
 async fn print_link(args: LinkArgs) -> anyhow::Result<ExitCode> {

@@ -205,6 +205,7 @@ fn read_secret(file: &Path, what: &str) -> anyhow::Result<Secret> {
 pub(crate) async fn serve(
     gate: Gate,
     toolset: Arc<dyn toolset::Toolset>,
+    data: &Path,
     grace: Duration,
     http: &crate::http::HttpArgs,
 ) -> anyhow::Result<ExitCode> {
@@ -213,7 +214,7 @@ pub(crate) async fn serve(
     let sweeper = toolgate::server::Sweeper::start(&gate);
     let server = GateServer::new(gate, toolset);
     if http.enabled() {
-        crate::http::serve(server, http, grace).await?;
+        crate::http::serve(server, http, data, grace).await?;
     } else {
         stdio::serve(server, grace)
             .await

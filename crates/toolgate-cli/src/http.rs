@@ -6,7 +6,7 @@
 //! origin allowed until `--allow-origin` names it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,6 +65,10 @@ pub(crate) struct HttpArgs {
     /// a loopback address.
     #[arg(long)]
     insecure_no_auth: bool,
+    /// Also serve the approvals console at /console on the same address (as `toolgate console`
+    /// does on its own), and print a one-time login link for it.
+    #[arg(long)]
+    console: bool,
 }
 
 /// `--http`'s value: `PORT` or `localhost:PORT` (on 127.0.0.1), or `HOST:PORT` with an IP address.
@@ -138,6 +142,7 @@ impl HttpArgs {
 pub(crate) async fn serve(
     server: GateServer,
     args: &HttpArgs,
+    data: &Path,
     grace: Duration,
 ) -> anyhow::Result<ExitCode> {
     let addr = args
@@ -148,6 +153,14 @@ pub(crate) async fn serve(
     }
     if !args.path.starts_with('/') {
         bail!("--path must start with '/'");
+    }
+    if args.console
+        && (args.path == CONSOLE_PATH || args.path.starts_with(&format!("{CONSOLE_PATH}/")))
+    {
+        bail!(
+            "--path {} would be inside the console's {CONSOLE_PATH}",
+            args.path
+        );
     }
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -188,9 +201,62 @@ pub(crate) async fn serve(
             "authentication is off (--insecure-no-auth): every caller is the local user"
         );
     }
-    let app = http::router(server, config.clone(), verifier, shutdown.clone());
+    let console = if args.console {
+        Some(console(&server, &config, bound, data, shutdown.clone()).await?)
+    } else {
+        None
+    };
+    let mut app = http::router(server, config.clone(), verifier, shutdown.clone());
+    if let Some(console) = console {
+        app = app.merge(console.router());
+    }
     http::serve(listener, app, &config, shutdown, grace)
         .await
         .context("HTTP server failed")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where `--console` mounts the approvals console beside the MCP endpoint.
+const CONSOLE_PATH: &str = "/console";
+
+/// The approvals console over the gate's own approval queue, under [`CONSOLE_PATH`], with its
+/// first login link printed.
+async fn console(
+    server: &GateServer,
+    config: &HttpConfig,
+    bound: SocketAddr,
+    data: &Path,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> anyhow::Result<toolgate::console::Console> {
+    let gate = server.gate();
+    let approvals = gate
+        .approvals()
+        .context("--console needs the approval queue, and this server has none")?
+        .clone();
+    let fatigue = toolgate::console::Fatigue {
+        threshold: gate.policy().defaults().approval_fatigue,
+        ..toolgate::console::Fatigue::default()
+    };
+    let console = toolgate::console::Console::new(approvals, config)
+        .mounted_at(CONSOLE_PATH)
+        .with_fatigue(fatigue)
+        .with_shutdown(shutdown);
+    let origin = config
+        .resource
+        .split_once("://")
+        .and_then(|(scheme, rest)| {
+            rest.split('/')
+                .next()
+                .map(|host| format!("{scheme}://{host}"))
+        })
+        .unwrap_or_else(|| format!("http://{bound}"));
+    crate::console::announce(
+        &console,
+        data,
+        &format!("{origin}{CONSOLE_PATH}"),
+        &toolgate::identity::human(),
+        "1h",
+    )
+    .await?;
+    Ok(console)
 }

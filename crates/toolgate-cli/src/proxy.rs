@@ -202,7 +202,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         head = %gate.journal().head(),
         "toolgate proxy serving"
     );
-    gate::serve(gate, Arc::new(gateway), grace, &args.http).await
+    gate::serve(gate, Arc::new(gateway), &args.gate.data, grace, &args.http).await
 }
 
 /// The lock to enforce: the one named, else the policy's own if it exists, else none (said

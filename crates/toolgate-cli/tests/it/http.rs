@@ -408,6 +408,16 @@ pub(super) struct Reply {
 
 impl Http {
     pub(super) fn new() -> Self {
+        Self::build(reqwest::redirect::Policy::default())
+    }
+
+    /// A client that hands back redirects instead of following them (a login's `Set-Cookie`
+    /// rides on one).
+    pub(super) fn without_redirects() -> Self {
+        Self::build(reqwest::redirect::Policy::none())
+    }
+
+    fn build(redirects: reqwest::redirect::Policy) -> Self {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -417,6 +427,7 @@ impl Http {
         let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .no_proxy()
+            .redirect(redirects)
             .timeout(ANSWER_WITHIN)
             .build()
             .expect("HTTP client");

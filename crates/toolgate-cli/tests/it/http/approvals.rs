@@ -139,3 +139,109 @@ fn approvals_and_budgets_belong_to_the_token_subject() {
     server.stop();
     assert_audit_verifies(&scratch);
 }
+
+/// The first line of the server's log that holds `needle`.
+fn log_line(server: &HttpServer, needle: &str) -> Option<String> {
+    std::fs::read_to_string(&server.log)
+        .ok()?
+        .lines()
+        .find(|line| line.contains(needle))
+        .map(str::to_owned)
+}
+
+#[test]
+fn the_console_beside_the_mcp_endpoint_decides_the_token_subjects_request() {
+    let text = policy_with(
+        "orders.toml",
+        &[("approval_wait", "\"1s\""), ("approval_ttl", "\"60s\"")],
+    );
+    let scratch = Scratch::with_policy_text("orders", &text);
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &["--console"]);
+    let alice = rsa.sign(&claims(&server.resource(), "user-alice", "payments:write"));
+    let approval = pending(&server.call_result(
+        &alice,
+        "refund",
+        json!({"order_id": "ord_1001", "amount": 30}),
+    ));
+
+    // The link the server printed signs a browser in; without it, the console says nothing.
+    let link = log_line(&server, "/console/login?token=").expect("a login link on stderr");
+    let link = link.trim().to_owned();
+    let http = super::Http::without_redirects();
+    let anonymous = http
+        .send("GET", &server.url("/console"), &[], Vec::new())
+        .unwrap();
+    assert_eq!(anonymous.status, 303);
+    assert!(!anonymous.body.contains(&approval));
+    let signed_in = http.send("GET", &link, &[], Vec::new()).unwrap();
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    assert_eq!(signed_in.header("location"), Some("/console"));
+    let cookie = signed_in
+        .header("set-cookie")
+        .and_then(|c| c.split(';').next())
+        .expect("a session cookie")
+        .to_owned();
+    assert!(
+        signed_in
+            .header("set-cookie")
+            .unwrap()
+            .contains("Path=/console")
+    );
+    let page = http
+        .send(
+            "GET",
+            &server.url("/console"),
+            &[("cookie", &cookie)],
+            Vec::new(),
+        )
+        .unwrap();
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains(&approval) && page.body.contains("user-alice"),
+        "{}",
+        page.body
+    );
+
+    // Approved in the console, alice's call runs when she asks again, once.
+    let detail = server.url(&format!("/console/approvals/{approval}"));
+    let form = http
+        .send("GET", &detail, &[("cookie", &cookie)], Vec::new())
+        .unwrap();
+    let at = form
+        .body
+        .find(r#"name="csrf" value=""#)
+        .expect("csrf field")
+        + 19;
+    let csrf = &form.body[at..at + 64];
+    let origin = server.url("");
+    let decided = http
+        .send(
+            "POST",
+            &detail,
+            &[
+                ("cookie", &cookie),
+                ("origin", &origin),
+                ("content-type", "application/x-www-form-urlencoded"),
+            ],
+            format!("verdict=approve&reason=checked&csrf={csrf}").into_bytes(),
+        )
+        .unwrap();
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    assert_eq!(show(&scratch, &approval)["status"], "approved");
+    let ran = server.call_result(
+        &alice,
+        "refund",
+        json!({"order_id": "ord_1001", "amount": 30}),
+    );
+    assert!(!is_error(&ran), "{ran}");
+    assert_eq!(refunds(&scratch).len(), 1);
+    // The MCP endpoint's front door is untouched: no token, no call.
+    assert_eq!(
+        server
+            .call_opt(None, "lookup_order", json!({"order_id": "ord_1001"}))
+            .status,
+        401
+    );
+    assert_audit_verifies(&scratch);
+}
