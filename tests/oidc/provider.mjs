@@ -3,7 +3,9 @@
 //   issuer      http://127.0.0.1:$PORT   (discovery: /.well-known/openid-configuration, JWKS: /jwks)
 //   clients     toolgate (confidential, secret "toolgate-secret"), toolgate-public (PKCE only),
 //               plus negative-test clients whose ID token is re-signed with a defect (see TAMPER).
-//   redirect    http://127.0.0.1/callback on ANY port (application_type native => loopback port ignored)
+//   redirect    http://127.0.0.1/oidc/callback (toolgate console) and /console/oidc/callback
+//               (--console beside an MCP endpoint) on ANY port (application_type native => loopback
+//               port ignored)
 //   login       no UI needed: login_hint=alice|bob on /auth logs that user in; without a hint a
 //               one-field HTML form (#username, #login) is shown, which WebDriver can fill in.
 //   consent     always granted automatically.
@@ -26,7 +28,7 @@ const signingJwk = { ...privateKey.export({ format: 'jwk' }), kid, alg: 'RS256',
 const { privateKey: otherKey } = generateKeyPairSync('rsa', { modulusLength: 2048 }); // not in JWKS
 
 const base = {
-  redirect_uris: ['http://127.0.0.1/callback'],
+  redirect_uris: ['http://127.0.0.1/oidc/callback', 'http://127.0.0.1/console/oidc/callback'],
   application_type: 'native', // loopback redirect: any port allowed (RFC 8252 7.3)
   grant_types: ['authorization_code'],
   response_types: ['code'],

@@ -66,6 +66,58 @@ struct ServeArgs {
     /// How long the printed login link stays usable: `10m`, `1h`.
     #[arg(long, value_name = "DURATION", default_value = "1h")]
     link_ttl: String,
+    #[command(flatten)]
+    oidc: OidcArgs,
+}
+
+/// Sign-in with the team's OpenID provider, beside login links.
+#[derive(Debug, clap::Args)]
+pub(crate) struct OidcArgs {
+    /// The OpenID provider's issuer URL (https, or http on loopback): people sign in there
+    /// (authorization code with PKCE) as `user:SUB`, with the groups of the ID token's `groups`
+    /// claim. Register CONSOLE/oidc/callback as the redirect URI.
+    #[arg(long, value_name = "URL", requires = "oidc_client_id")]
+    oidc_issuer: Option<String>,
+    /// The console's client id at the provider.
+    #[arg(long, value_name = "ID", requires = "oidc_issuer")]
+    oidc_client_id: Option<String>,
+    /// A file holding the client secret (none: a public client, PKCE only). Read at start,
+    /// never printed.
+    #[arg(long, value_name = "FILE", requires = "oidc_issuer")]
+    oidc_client_secret_file: Option<PathBuf>,
+    /// Only people in this group may sign in with the provider. Repeatable (any one of them);
+    /// default: anyone the provider vouches for (the policy's approvers still decide who may
+    /// decide what).
+    #[arg(long = "oidc-group", value_name = "GROUP", requires = "oidc_issuer")]
+    oidc_groups: Vec<String>,
+}
+
+impl OidcArgs {
+    /// The provider, discovered, when `--oidc-issuer` is given; `base` is the console's URL.
+    pub(crate) async fn discover(&self, base: &str) -> anyhow::Result<Option<console::Oidc>> {
+        let (Some(issuer), Some(client_id)) = (&self.oidc_issuer, &self.oidc_client_id) else {
+            return Ok(None);
+        };
+        let client_secret = match &self.oidc_client_secret_file {
+            Some(file) => {
+                let text = std::fs::read_to_string(file).with_context(|| {
+                    format!("cannot read the client secret file {}", file.display())
+                })?;
+                Some(toolgate_core::secret::Secret::new(text.trim().to_owned()))
+            }
+            None => None,
+        };
+        let config = console::OidcConfig {
+            issuer: issuer.clone(),
+            client_id: client_id.clone(),
+            client_secret,
+            allowed_groups: self.oidc_groups.clone(),
+        };
+        let oidc = console::Oidc::discover(config, format!("{base}/oidc/callback"))
+            .await
+            .with_context(|| format!("--oidc-issuer {issuer}"))?;
+        Ok(Some(oidc))
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -124,9 +176,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
 
     let shutdown = tokio_util::sync::CancellationToken::new();
     tokio::spawn(http::stop_on_signal(shutdown.clone()));
-    let console = Console::new(approvals, &config)
+    let mut console = Console::new(approvals, &config)
         .with_fatigue(fatigue)
         .with_shutdown(shutdown.clone());
+    if let Some(oidc) = args.oidc.discover(&base).await? {
+        console = console.with_oidc(oidc);
+    }
     let identity = args.identity.unwrap_or_else(toolgate::identity::human);
     tracing::info!(address = %bound, url = %base, "toolgate console serving");
     if !bound.ip().is_loopback() && !base.starts_with("https:") {

@@ -69,6 +69,8 @@ pub(crate) struct HttpArgs {
     /// does on its own), and print a one-time login link for it.
     #[arg(long)]
     console: bool,
+    #[command(flatten)]
+    oidc: crate::console::OidcArgs,
 }
 
 /// `--http`'s value: `PORT` or `localhost:PORT` (on 127.0.0.1), or `HOST:PORT` with an IP address.
@@ -202,7 +204,7 @@ pub(crate) async fn serve(
         );
     }
     let console = if args.console {
-        Some(console(&server, &config, bound, data, shutdown.clone()).await?)
+        Some(console(&server, &config, bound, data, &args.oidc, shutdown.clone()).await?)
     } else {
         None
     };
@@ -226,6 +228,7 @@ async fn console(
     config: &HttpConfig,
     bound: SocketAddr,
     data: &Path,
+    oidc: &crate::console::OidcArgs,
     shutdown: tokio_util::sync::CancellationToken,
 ) -> anyhow::Result<toolgate::console::Console> {
     let gate = server.gate();
@@ -237,7 +240,7 @@ async fn console(
         threshold: gate.policy().defaults().approval_fatigue,
         ..toolgate::console::Fatigue::default()
     };
-    let console = toolgate::console::Console::new(approvals, config)
+    let mut console = toolgate::console::Console::new(approvals, config)
         .mounted_at(CONSOLE_PATH)
         .with_fatigue(fatigue)
         .with_shutdown(shutdown);
@@ -250,13 +253,10 @@ async fn console(
                 .map(|host| format!("{scheme}://{host}"))
         })
         .unwrap_or_else(|| format!("http://{bound}"));
-    crate::console::announce(
-        &console,
-        data,
-        &format!("{origin}{CONSOLE_PATH}"),
-        &toolgate::identity::human(),
-        "1h",
-    )
-    .await?;
+    let base = format!("{origin}{CONSOLE_PATH}");
+    if let Some(oidc) = oidc.discover(&base).await? {
+        console = console.with_oidc(oidc);
+    }
+    crate::console::announce(&console, data, &base, &toolgate::identity::human(), "1h").await?;
     Ok(console)
 }

@@ -169,8 +169,8 @@ CREATE TABLE approval_votes (
 PRAGMA user_version = 4;
 ";
 
-/// The approvals console's logins (issue 14; see [`crate::console`]): one-time login links and
-/// the sessions they open. Only SHA-256 digests of the secrets are kept, so a copy of the file
+/// The approvals console's logins (issue 14; see [`crate::console`]): one-time login links,
+/// OpenID Connect sign-ins under way, and the sessions they open. Only SHA-256 digests of the secrets are kept, so a copy of the file
 /// logs nobody in. `used_at` set once, by one conditional update, is "a link works once", for
 /// every process and replica that reads this file.
 const SCHEMA_V5: &str = "
@@ -191,6 +191,17 @@ CREATE TABLE console_sessions (
     created_at INTEGER NOT NULL,
     expires_at INTEGER NOT NULL,
     ended_at   INTEGER
+) WITHOUT ROWID;
+
+-- OpenID Connect sign-ins under way: the state's digest, and the nonce and PKCE verifier the
+-- callback needs. A row is deleted by the one callback that uses it, so a replayed state finds
+-- nothing.
+CREATE TABLE console_oidc_logins (
+    state_sha256  TEXT    PRIMARY KEY,
+    nonce         TEXT    NOT NULL,
+    code_verifier TEXT    NOT NULL,
+    next          TEXT    NOT NULL,
+    expires_at    INTEGER NOT NULL
 ) WITHOUT ROWID;
 
 PRAGMA user_version = 5;

@@ -17,6 +17,8 @@ use super::approvals::{is_error, structured};
 use super::http::Http;
 use super::{Scratch, policy_with, send_signal, toolgate, verify_json, wait_for};
 
+mod oidc;
+
 /// Long enough for a browser to sign in and click while the call is held; short enough that a
 /// broken test does not hang for minutes.
 const WAIT: &str = "60s";
@@ -237,10 +239,13 @@ struct Console {
 }
 
 impl Console {
-    fn start(scratch: &Scratch) -> Self {
+    /// `toolgate console` on `scratch`'s data directory with `extra` flags, once it has printed
+    /// its login link.
+    fn start(scratch: &Scratch, extra: &[&str]) -> Self {
         let mut child = toolgate()
             .args(["console", "--http", "127.0.0.1:0", "--data"])
             .arg(scratch.data())
+            .args(extra)
             .env("USER", "approver")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -300,7 +305,7 @@ fn a_person_approves_in_the_browser_and_the_held_call_runs_once_and_a_racing_bro
     );
     let scratch = Scratch::with_policy_text("orders", &text);
     let mut server = scratch.serve(&[]);
-    let console = Console::start(&scratch);
+    let console = Console::start(&scratch, &[]);
     let driver = Driver::start();
     let shots = screenshot_dir();
 

@@ -473,6 +473,14 @@ impl Http {
 }
 
 impl Reply {
+    /// Every value of header `name` (`Set-Cookie` comes once per cookie), case-insensitively.
+    pub(super) fn headers_named<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a str> {
+        self.headers
+            .iter()
+            .filter(move |(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
     /// The (first) value of header `name`, case-insensitively.
     pub(super) fn header(&self, name: &str) -> Option<&str> {
         self.headers

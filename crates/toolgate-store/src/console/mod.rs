@@ -59,6 +59,17 @@ pub struct Session {
     pub expires_at: i64,
 }
 
+/// What an OpenID Connect callback needs of the sign-in it finishes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OidcLogin {
+    /// The nonce the ID token must carry.
+    pub nonce: String,
+    /// The PKCE code verifier the token request sends.
+    pub code_verifier: String,
+    /// Where to send the person once signed in.
+    pub next: String,
+}
+
 /// The console's logins in `dir/toolgate.db`; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct ConsoleStore {
@@ -138,6 +149,65 @@ impl ConsoleStore {
         .await
         .map_err(StoreError::query("cannot redeem the login link"))?;
         Ok(row.map(|(identity,)| identity))
+    }
+
+    /// Records an OpenID Connect sign-in under way, keyed by its state's digest, until
+    /// `expires_at`; forgets the ones past their time.
+    ///
+    /// # Errors
+    /// The database could not answer (then the sign-in cannot finish).
+    pub async fn begin_oidc(
+        &self,
+        state_sha256: &str,
+        login: &OidcLogin,
+        expires_at: i64,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM console_oidc_logins WHERE expires_at <= ?1")
+            .bind(now)
+            .execute(&self.pool)
+            .await
+            .map_err(StoreError::query("cannot forget stale sign-ins"))?;
+        sqlx::query(
+            "INSERT INTO console_oidc_logins (state_sha256, nonce, code_verifier, next, expires_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .bind(state_sha256)
+        .bind(&login.nonce)
+        .bind(&login.code_verifier)
+        .bind(&login.next)
+        .bind(expires_at)
+        .execute(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot record the sign-in"))?;
+        Ok(())
+    }
+
+    /// Takes the sign-in whose state has this digest, exactly once: `None` for an unknown,
+    /// replayed or expired state.
+    ///
+    /// # Errors
+    /// The database could not answer (then the sign-in was not used).
+    pub async fn finish_oidc(
+        &self,
+        state_sha256: &str,
+        now: i64,
+    ) -> Result<Option<OidcLogin>, StoreError> {
+        let row: Option<(String, String, String, i64)> = sqlx::query_as(
+            "DELETE FROM console_oidc_logins WHERE state_sha256 = ?1
+             RETURNING nonce, code_verifier, next, expires_at",
+        )
+        .bind(state_sha256)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot finish the sign-in"))?;
+        Ok(row.filter(|(_, _, _, expires_at)| *expires_at > now).map(
+            |(nonce, code_verifier, next, _)| OidcLogin {
+                nonce,
+                code_verifier,
+                next,
+            },
+        ))
     }
 
     /// Opens a session whose id has this digest.

@@ -1,4 +1,4 @@
-use super::{ConsoleStore, Session, Via};
+use super::{ConsoleStore, OidcLogin, Session, Via};
 use crate::approval::ApprovalStore;
 
 const T0: i64 = 1_800_000_000_000;
@@ -131,4 +131,28 @@ async fn minting_forgets_what_can_no_longer_be_used() {
         .await
         .unwrap();
     assert_eq!((logins, sessions), (1, 0));
+}
+
+#[tokio::test]
+async fn an_oidc_sign_in_finishes_once_and_not_after_its_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = store(dir.path()).await;
+    let login = OidcLogin {
+        nonce: "n".to_owned(),
+        code_verifier: "v".to_owned(),
+        next: "/approvals/apr_1".to_owned(),
+    };
+    store
+        .begin_oidc("st", &login, T0 + 600_000, T0)
+        .await
+        .unwrap();
+    store.begin_oidc("late", &login, T0 + 10, T0).await.unwrap();
+    assert_eq!(store.finish_oidc("st", T0 + 1).await.unwrap(), Some(login));
+    assert_eq!(
+        store.finish_oidc("st", T0 + 2).await.unwrap(),
+        None,
+        "a replayed state"
+    );
+    assert_eq!(store.finish_oidc("late", T0 + 10).await.unwrap(), None);
+    assert_eq!(store.finish_oidc("never", T0).await.unwrap(), None);
 }

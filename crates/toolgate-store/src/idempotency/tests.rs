@@ -549,6 +549,7 @@ async fn a_fresh_file_gets_every_table_at_the_current_version() {
             "approvals",
             "budget_charges",
             "console_logins",
+            "console_oidc_logins",
             "console_sessions",
             "idempotency",
             "killswitch",

@@ -13,6 +13,8 @@ use toolgate_store::console::{ConsoleStore, Session};
 /// The session cookie's name. Not `session` or `_session`: cookies ignore ports, so an identity
 /// provider or another app on the same host would share the name.
 pub(super) const COOKIE: &str = "toolgate_console";
+/// The cookie that binds an OpenID Connect sign-in's `state` to the browser that started it.
+pub(super) const OIDC_COOKIE: &str = "toolgate_console_oidc";
 
 /// What a login link's token is exchanged for: the token's digest in the store.
 pub(super) fn digest(secret: &str) -> String {
@@ -74,16 +76,21 @@ pub async fn mint_link(
 
 /// The session cookie's secret in a `Cookie` header, if there is exactly one.
 pub(super) fn cookie_secret(headers: &http::HeaderMap) -> Option<String> {
+    cookie(headers, COOKIE)
+}
+
+/// The value of the one cookie `name` whose value is 64 hex digits (what this console sets);
+/// `None` when there is none, or more than one (one planted by a sibling subdomain, say: trust
+/// neither).
+pub(super) fn cookie(headers: &http::HeaderMap, name: &str) -> Option<String> {
     let mut found = None;
     for header in headers.get_all(http::header::COOKIE) {
         let Ok(text) = header.to_str() else { continue };
         for pair in text.split(';') {
-            if let Some((name, value)) = pair.trim().split_once('=')
-                && name == COOKIE
+            if let Some((key, value)) = pair.trim().split_once('=')
+                && key == name
             {
                 if found.is_some() {
-                    // Two cookies of our name (one planted by a sibling subdomain, say): trust
-                    // neither.
                     return None;
                 }
                 found = Some(value.to_owned());
@@ -124,15 +131,19 @@ pub(super) async fn signed_in(
         .map(|session| SignedIn { session, secret }))
 }
 
-/// The `Set-Cookie` value of a new session (`max_age_s` seconds), or of its removal (`None`).
-pub(super) fn set_cookie(secret: Option<&str>, max_age_s: i64, path: &str, secure: bool) -> String {
+/// The `Set-Cookie` value of cookie `name` holding `value` for `max_age_s` seconds on `path`, or
+/// of its removal (`None`). HttpOnly always; SameSite=Lax so that a link from a notification, or
+/// a provider's redirect back, arrives with it.
+pub(super) fn set_cookie(
+    name: &str,
+    value: Option<&str>,
+    max_age_s: i64,
+    path: &str,
+    secure: bool,
+) -> String {
     let secure = if secure { "; Secure" } else { "" };
-    match secret {
-        Some(secret) => format!(
-            "{COOKIE}={secret}; Path={path}; Max-Age={max_age_s}; HttpOnly; SameSite=Lax{secure}"
-        ),
-        None => format!("{COOKIE}=; Path={path}; Max-Age=0; HttpOnly; SameSite=Lax{secure}"),
-    }
+    let (value, max_age_s) = value.map_or(("", 0), |v| (v, max_age_s));
+    format!("{name}={value}; Path={path}; Max-Age={max_age_s}; HttpOnly; SameSite=Lax{secure}")
 }
 
 #[cfg(test)]

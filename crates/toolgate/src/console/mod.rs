@@ -23,6 +23,7 @@
 //! framing.
 
 mod login;
+mod oidc;
 mod page;
 #[cfg(test)]
 mod tests;
@@ -41,9 +42,10 @@ use http::{HeaderMap, HeaderValue, StatusCode, header};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::time::now_ms;
 use toolgate_store::approval::{ApprovalStore, DecideError, Decider, Verdict};
-use toolgate_store::console::{ConsoleStore, Session, Via};
+use toolgate_store::console::{ConsoleStore, OidcLogin, Session, Via};
 
 pub use login::{LinkError, mint_link};
+pub use oidc::{Oidc, OidcConfig, OidcError};
 
 use crate::http::HttpConfig;
 use crate::http::layers::{self, Door};
@@ -55,6 +57,8 @@ const DECIDED_SHOWN: u32 = 20;
 const HISTORY_SHOWN: u32 = 10;
 /// The longest reason a decision may carry (the form's `maxlength`, checked again here).
 const MAX_REASON: usize = 500;
+/// How long a person has to finish signing in at the identity provider.
+const OIDC_SIGN_IN_TTL: Duration = Duration::from_secs(600);
 
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
@@ -95,6 +99,7 @@ pub struct Console {
     refresh: Duration,
     fatigue: Fatigue,
     shutdown: CancellationToken,
+    oidc: Option<Arc<Oidc>>,
 }
 
 impl Console {
@@ -120,7 +125,16 @@ impl Console {
             refresh: Duration::from_millis(500),
             fatigue: Fatigue::default(),
             shutdown: CancellationToken::new(),
+            oidc: None,
         }
+    }
+
+    /// Lets people sign in with an OpenID provider (found by [`Oidc::discover`]) as well as with
+    /// login links.
+    #[must_use]
+    pub fn with_oidc(mut self, oidc: Oidc) -> Self {
+        self.oidc = Some(Arc::new(oidc));
+        self
     }
 
     /// Serves the console under `base` (`/console`), beside other routes.
@@ -180,12 +194,15 @@ impl Console {
             refresh: self.refresh,
             fatigue: self.fatigue,
             shutdown: self.shutdown,
+            oidc: self.oidc,
         });
         let routes = axum::Router::new()
             .route("/", get(index))
             .route("/approvals/{id}", get(detail).post(decide))
             .route("/events", get(events))
             .route("/login", get(login_page))
+            .route("/oidc/start", get(oidc_start))
+            .route("/oidc/callback", get(oidc_callback))
             .route("/logout", post(logout))
             .route("/static/console.css", get(css))
             .route("/static/console.js", get(js))
@@ -221,6 +238,7 @@ struct Shared {
     refresh: Duration,
     fatigue: Fatigue,
     shutdown: CancellationToken,
+    oidc: Option<Arc<Oidc>>,
 }
 
 impl Shared {
@@ -593,7 +611,12 @@ async fn login_page(
     let Some(token) = query.get("token") else {
         return match login::signed_in(&shared.logins, &headers, now_ms()).await {
             Ok(Some(_)) => redirect(&next, None),
-            Ok(None) => shared.page(StatusCode::OK, "Sign in", None, &page::login(None)),
+            Ok(None) => shared.page(
+                StatusCode::OK,
+                "Sign in",
+                None,
+                &shared.login_body(None, Some(&next)),
+            ),
             Err(error) => shared.unavailable(&error),
         };
     };
@@ -606,39 +629,233 @@ async fn login_page(
                 StatusCode::UNAUTHORIZED,
                 "Sign in",
                 None,
-                &page::login(Some(
-                    "This login link was used already, has expired, or is not one of ours.",
-                )),
+                &shared.login_body(
+                    Some("This login link was used already, has expired, or is not one of ours."),
+                    None,
+                ),
             );
         }
         Err(error) => return shared.unavailable(&error),
     };
-    let secret = match login::random_hex(32) {
-        Ok(secret) => secret,
-        Err(error) => return shared.unavailable(&std::io::Error::other(error.to_string())),
+    tracing::info!(identity = %identity, "signed in to the console with a login link");
+    shared
+        .open_session(identity, Vec::new(), Via::Link, &next, None)
+        .await
+}
+
+/// `GET /oidc/start`: a new sign-in with the identity provider: its state (bound to this browser
+/// by a cookie), nonce and PKCE verifier recorded, and the browser sent to the provider.
+async fn oidc_start(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery) -> Response {
+    let Some(oidc) = &shared.oidc else {
+        return not_found().await;
     };
-    let ttl_ms = i64::try_from(shared.session_ttl.as_millis()).unwrap_or(i64::MAX);
-    let session = Session {
-        identity: identity.clone(),
-        groups: Vec::new(),
-        via: Via::Link,
-        expires_at: now.saturating_add(ttl_ms),
+    let query = Form::parse(query.as_deref().unwrap_or("").as_bytes());
+    let next = query
+        .get("next")
+        .filter(|next| shared.is_ours(next))
+        .map_or_else(|| shared.base.home(), str::to_owned);
+    let secrets = (
+        login::random_hex(32),
+        login::random_hex(16),
+        login::random_hex(32),
+    );
+    let (Ok(state), Ok(nonce), Ok(code_verifier)) = secrets else {
+        return shared.unavailable(&std::io::Error::other("the random generator failed"));
+    };
+    let now = now_ms();
+    let ttl_ms = i64::try_from(OIDC_SIGN_IN_TTL.as_millis()).unwrap_or(i64::MAX);
+    let sign_in = OidcLogin {
+        nonce,
+        code_verifier,
+        next,
     };
     if let Err(error) = shared
         .logins
-        .open_session(&login::digest(&secret), &session, now)
+        .begin_oidc(&login::digest(&state), &sign_in, now + ttl_ms, now)
         .await
     {
         return shared.unavailable(&error);
     }
-    tracing::info!(identity = %identity, "signed in to the console with a login link");
+    let to = oidc.authorize_url(
+        &state,
+        &sign_in.nonce,
+        &sign_in.code_verifier,
+        query.get("login_hint"),
+    );
     let cookie = login::set_cookie(
-        Some(&secret),
+        login::OIDC_COOKIE,
+        Some(&state),
         ttl_ms / 1000,
-        &shared.cookie_path(),
+        &shared.base.at("/oidc"),
         shared.secure,
     );
-    redirect(&next, Some(cookie))
+    redirect(&to, Some(cookie))
+}
+
+/// `GET /oidc/callback`: the provider's answer. The state must be the one this browser started
+/// (its cookie) and unused (the store takes it once); the code is exchanged with the PKCE
+/// verifier; the ID token is checked (`oidc.rs`); the person must be in an allowed group. Any
+/// failure is a page that says which, and no session.
+async fn oidc_callback(
+    State(shared): State<Arc<Shared>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+) -> Response {
+    let Some(oidc) = shared.oidc.clone() else {
+        return not_found().await;
+    };
+    let query = Form::parse(query.as_deref().unwrap_or("").as_bytes());
+    let refuse = |status: StatusCode, why: String| {
+        tracing::warn!(reason = %why, "an OpenID Connect sign-in was refused");
+        let mut response = shared.page(
+            status,
+            "Sign in",
+            None,
+            &shared.login_body(Some(&why), None),
+        );
+        // The sign-in is over either way: its state cookie goes.
+        let clear = login::set_cookie(
+            login::OIDC_COOKIE,
+            None,
+            0,
+            &shared.base.at("/oidc"),
+            shared.secure,
+        );
+        if let Ok(clear) = HeaderValue::from_str(&clear) {
+            response.headers_mut().insert(header::SET_COOKIE, clear);
+        }
+        response
+    };
+    if let Some(error) = query.get("error") {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            format!("The identity provider refused the sign-in: {error}."),
+        );
+    }
+    let (Some(state), Some(code)) = (query.get("state"), query.get("code")) else {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "The identity provider's answer has no code or state.".to_owned(),
+        );
+    };
+    if !login::cookie(&headers, login::OIDC_COOKIE)
+        .is_some_and(|mine| login::same_token(&mine, state))
+    {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "This sign-in was not started in this browser; start again.".to_owned(),
+        );
+    }
+    let sign_in = match shared
+        .logins
+        .finish_oidc(&login::digest(state), now_ms())
+        .await
+    {
+        Ok(Some(sign_in)) => sign_in,
+        Ok(None) => {
+            return refuse(
+                StatusCode::UNAUTHORIZED,
+                "This sign-in was used already or took too long; start again.".to_owned(),
+            );
+        }
+        Err(error) => return shared.unavailable(&error),
+    };
+    let identity = match oidc
+        .identify(code, &sign_in.code_verifier, &sign_in.nonce)
+        .await
+    {
+        Ok(identity) => identity,
+        Err(refusal) => return refuse(StatusCode::UNAUTHORIZED, format!("{refusal}.")),
+    };
+    if !oidc.admits(&identity) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            format!(
+                "{} is not in a group allowed to use this console.",
+                identity.id
+            ),
+        );
+    }
+    tracing::info!(identity = %identity.id, groups = ?identity.groups, "signed in to the console with OpenID Connect");
+    let clear = login::set_cookie(
+        login::OIDC_COOKIE,
+        None,
+        0,
+        &shared.base.at("/oidc"),
+        shared.secure,
+    );
+    shared
+        .open_session(
+            identity.id,
+            identity.groups,
+            Via::Oidc,
+            &sign_in.next,
+            Some(clear),
+        )
+        .await
+}
+
+impl Shared {
+    /// Opens a session for `identity` and sends the browser to `next` with its cookie (and
+    /// `also`, another cookie to set).
+    async fn open_session(
+        &self,
+        identity: String,
+        groups: Vec<String>,
+        via: Via,
+        next: &str,
+        also: Option<String>,
+    ) -> Response {
+        let secret = match login::random_hex(32) {
+            Ok(secret) => secret,
+            Err(error) => return self.unavailable(&std::io::Error::other(error.to_string())),
+        };
+        let now = now_ms();
+        let ttl_ms = i64::try_from(self.session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let session = Session {
+            identity,
+            groups,
+            via,
+            expires_at: now.saturating_add(ttl_ms),
+        };
+        if let Err(error) = self
+            .logins
+            .open_session(&login::digest(&secret), &session, now)
+            .await
+        {
+            return self.unavailable(&error);
+        }
+        let cookie = login::set_cookie(
+            login::COOKIE,
+            Some(&secret),
+            ttl_ms / 1000,
+            &self.cookie_path(),
+            self.secure,
+        );
+        let mut response = redirect(next, Some(cookie));
+        if let Some(also) = also.and_then(|c| HeaderValue::from_str(&c).ok()) {
+            response.headers_mut().append(header::SET_COOKIE, also);
+        }
+        response
+    }
+
+    /// The sign-in page's body: `message`, and the provider's button when there is one.
+    fn login_body(&self, message: Option<&str>, next: Option<&str>) -> String {
+        let provider = self.oidc.as_ref().map(|oidc| {
+            let mut start = self.base.at("/oidc/start");
+            if let Some(next) = next {
+                start.push_str("?next=");
+                start.push_str(
+                    &url::form_urlencoded::byte_serialize(next.as_bytes()).collect::<String>(),
+                );
+            }
+            (start, oidc.issuer().to_owned())
+        });
+        page::login(
+            message,
+            provider.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+        )
+    }
 }
 
 async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -665,7 +882,7 @@ async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
     {
         return shared.unavailable(&error);
     }
-    let cookie = login::set_cookie(None, 0, &shared.cookie_path(), shared.secure);
+    let cookie = login::set_cookie(login::COOKIE, None, 0, &shared.cookie_path(), shared.secure);
     redirect(&shared.base.at("/login"), Some(cookie))
 }
 

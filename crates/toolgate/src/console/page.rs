@@ -368,15 +368,31 @@ pub(super) fn fatigue(
     out
 }
 
-/// The sign-in page: what to do to get in.
-pub(super) fn login(message: Option<&str>) -> String {
+/// The sign-in page: what to do to get in; `provider` is the identity provider's button (where
+/// it starts, and the issuer it names).
+pub(super) fn login(message: Option<&str>, provider: Option<(&str, &str)>) -> String {
     let notice = message
-        .map(|m| format!(r#"<p class="notice refused" role="alert">{}</p>"#, esc(m)))
+        .map(|m| {
+            format!(
+                r#"<p class="notice refused" role="alert" id="notice">{}</p>"#,
+                esc(m)
+            )
+        })
+        .unwrap_or_default();
+    let button = provider
+        .map(|(start, issuer)| {
+            format!(
+                r#"<p><a class="button" id="oidc" href="{}">Sign in with your identity provider</a> <span class="hint">({})</span></p>"#,
+                esc(start),
+                esc(issuer)
+            )
+        })
         .unwrap_or_default();
     format!(
         r#"<h1>Sign in</h1>
 {notice}
-<p>Open the login link that <code>toolgate console</code> printed when it started. Each link works once; for another one, run <code>toolgate console link --data DIR</code> on the machine that holds the data directory.</p>
+{button}
+<p>Or open the login link that <code>toolgate console</code> printed when it started. Each link works once; for another one, run <code>toolgate console link --data DIR</code> on the machine that holds the data directory.</p>
 "#
     )
 }

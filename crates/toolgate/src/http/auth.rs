@@ -259,6 +259,7 @@ impl Verifier {
     /// The token is not acceptable; the reason is for the log.
     pub async fn verify(&self, token: &str) -> Result<Principal, Rejection> {
         if token.len() > MAX_TOKEN_BYTES {
+            // Before hashing it for the cache.
             return Err(Rejection::TooLong);
         }
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
@@ -275,6 +276,28 @@ impl Verifier {
     }
 
     async fn verify_uncached(&self, token: &str, digest: [u8; 32]) -> Result<Principal, Rejection> {
+        let claims: Claims = self.decode(token).await?;
+        let now = jsonwebtoken::get_current_timestamp();
+        let (principal, exp) = principal(claims, now)?;
+        self.remember(digest, principal.clone(), exp);
+        Ok(principal)
+    }
+
+    /// The claims of a token that passes every check but the meaning of its claims: size, one
+    /// reading, a pinned algorithm, a JWT type, a configured key's signature, `exp`/`nbf` with
+    /// the leeway, the issuer, and an `aud` naming [`AuthConfig::resource`] (for an ID token,
+    /// the client id). What the claims mean is the caller's: an access token's principal here,
+    /// an ID token's nonce and groups in the approvals console.
+    ///
+    /// # Errors
+    /// The token is not acceptable; the reason is for the log.
+    pub async fn decode<T: serde::de::DeserializeOwned>(
+        &self,
+        token: &str,
+    ) -> Result<T, Rejection> {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Rejection::TooLong);
+        }
         if !strict_json_segments(token) {
             return Err(Rejection::Malformed);
         }
@@ -302,13 +325,8 @@ impl Verifier {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         let mut last = Rejection::Signature;
         for key in candidates {
-            match jsonwebtoken::decode::<Claims>(token, &key, &validation) {
-                Ok(data) => {
-                    let now = jsonwebtoken::get_current_timestamp();
-                    let (principal, exp) = principal(data.claims, now)?;
-                    self.remember(digest, principal.clone(), exp);
-                    return Ok(principal);
-                }
+            match jsonwebtoken::decode::<T>(token, &key, &validation) {
+                Ok(data) => return Ok(data.claims),
                 Err(error) => {
                     last = rejection(error.kind());
                     if last != Rejection::Signature {
@@ -509,7 +527,7 @@ fn rejection(kind: &jsonwebtoken::errors::ErrorKind) -> Rejection {
 }
 
 /// https, or http to a loopback address (a local test issuer).
-fn secure_url(url: &url::Url) -> bool {
+pub(crate) fn secure_url(url: &url::Url) -> bool {
     match url.scheme() {
         "https" => true,
         "http" => match url.host() {
