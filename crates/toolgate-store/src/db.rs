@@ -169,8 +169,9 @@ CREATE TABLE approval_votes (
 PRAGMA user_version = 4;
 ";
 
-/// The approvals console's logins (issue 14; see [`crate::console`]): one-time login links,
-/// OpenID Connect sign-ins under way, and the sessions they open. Only SHA-256 digests of the secrets are kept, so a copy of the file
+/// Issue 14: the approvals console's logins ([`crate::console`]: one-time login links, OpenID
+/// Connect sign-ins under way, the sessions they open) and the calls held for a person that
+/// became tasks ([`crate::tasks`]). Only SHA-256 digests of the secrets are kept, so a copy of the file
 /// logs nobody in. `used_at` set once, by one conditional update, is "a link works once", for
 /// every process and replica that reads this file.
 const SCHEMA_V5: &str = "
@@ -202,6 +203,24 @@ CREATE TABLE console_oidc_logins (
     code_verifier TEXT    NOT NULL,
     next          TEXT    NOT NULL,
     expires_at    INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Calls held for a person that became tasks (the MCP tasks extension; see crate::tasks). The
+-- arguments are what runs once the approval is granted, kept only while the task works: its end
+-- writes the outcome and clears them.
+CREATE TABLE approval_tasks (
+    id          TEXT    PRIMARY KEY,
+    principal   TEXT    NOT NULL,
+    tool        TEXT    NOT NULL,
+    arguments   TEXT    NOT NULL,
+    approval_id TEXT    NOT NULL,
+    status      TEXT    NOT NULL
+                CHECK (status IN ('working', 'completed', 'failed', 'cancelled')),
+    -- The call's result (completed) or JSON-RPC error (failed).
+    outcome     TEXT    CHECK ((outcome IS NOT NULL) = (status IN ('completed', 'failed'))),
+    created_at  INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL,
+    expires_at  INTEGER NOT NULL
 ) WITHOUT ROWID;
 
 PRAGMA user_version = 5;

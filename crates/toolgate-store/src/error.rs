@@ -72,6 +72,12 @@ pub enum StoreError {
         /// The approval's id.
         id: String,
     },
+    /// [`TaskStore::finish`](crate::tasks::TaskStore::finish): the task is not there (any more).
+    #[error("task {id} is gone")]
+    NoTask {
+        /// The task's id.
+        id: String,
+    },
     /// An agent run's row holds a value this build cannot read (malformed state, an unknown
     /// status).
     #[error("run {id} cannot be read: {reason}")]

@@ -10,7 +10,8 @@
 //! - [`idempotency`]: the idempotency keys of mutations forwarded upstream, so that a retried call
 //!   has one effect;
 //! - [`runs`]: the agents' runs, paused while a person decides and resumed after;
-//! - [`console`]: who is signed in to the approvals console (one-time login links, sessions).
+//! - [`console`]: who is signed in to the approvals console (one-time login links, sessions);
+//! - [`tasks`]: calls held for a person that became MCP tasks, which survive a restart.
 //!
 //! What it must not do: decide policy, or know any toolset. It only makes decisions and effects
 //! durable, in order, exactly once, and enforces the rules of the queue, the switch, the budgets
@@ -72,3 +73,4 @@ pub mod idempotency;
 pub mod journal;
 pub mod runs;
 pub mod state;
+pub mod tasks;

@@ -118,6 +118,17 @@ pub fn implementation() -> rmcp::model::Implementation {
     rmcp::model::Implementation::new("toolgate", env!("CARGO_PKG_VERSION"))
 }
 
+/// `bytes` random bytes from the operating system's generator, as lower-case hex: the ids and
+/// secrets others must not guess (task ids, console sessions and login links).
+///
+/// # Errors
+/// The generator failed; then nothing is made of it.
+pub(crate) fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
+    let mut buf = vec![0u8; bytes];
+    getrandom::fill(&mut buf)?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// Locks `mutex`, also after a panic elsewhere poisoned it: the data behind every mutex here stays
 /// consistent between statements, so a panicked holder leaves nothing half-changed to refuse.
 pub(crate) fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

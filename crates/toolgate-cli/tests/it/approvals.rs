@@ -566,3 +566,143 @@ fn a_held_call_that_asked_for_progress_gets_notifications_before_its_answer() {
     }
     server.close();
 }
+
+/// `_meta` of a 2026-07-28 request whose client declared the tasks extension.
+fn with_tasks() -> Value {
+    json!({"io.modelcontextprotocol/clientCapabilities": {
+        "extensions": {"io.modelcontextprotocol/tasks": {}},
+    }})
+}
+
+/// `tasks/get` (or `tasks/cancel`) of `task`: the whole response.
+fn task_request(server: &mut super::Server, method: &str, task: &str) -> Value {
+    let id = server.send(method, json!({"taskId": task, "_meta": with_tasks()}));
+    server.answer(id).0
+}
+
+#[test]
+fn a_held_call_becomes_a_durable_task_that_survives_a_restart_and_runs_once_when_approved() {
+    // The wait is long on purpose: a caller that takes tasks must not be held for it.
+    let scratch = orders("60s", "5m");
+    let mut server = scratch.serve(&[]);
+    let discover = server.send("server/discover", json!({}));
+    let (discovered, _) = server.answer(discover);
+    assert!(
+        discovered["result"]["capabilities"]["extensions"]
+            .get("io.modelcontextprotocol/tasks")
+            .is_some(),
+        "the extension is declared: {discovered}"
+    );
+
+    let asked = Instant::now();
+    let call = server.send_call_with_meta("refund", refund("ord_1001", 49), with_tasks());
+    let (created, _) = server.answer(call);
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "not held: {created:?}"
+    );
+    let task = &created["result"];
+    assert_eq!(
+        (task["resultType"].as_str(), task["status"].as_str()),
+        (Some("task"), Some("working")),
+        "{created}"
+    );
+    let task_id = task["taskId"].as_str().expect("taskId").to_owned();
+    let approval = first_pending(&scratch)["id"].as_str().unwrap().to_owned();
+    assert!(
+        task["statusMessage"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&approval),
+        "{created}"
+    );
+    let working = task_request(&mut server, "tasks/get", &task_id);
+    assert_eq!(working["result"]["status"], "working", "{working}");
+    assert!(refunds(&scratch).is_empty());
+
+    // A crash, and a new server on the same directory: the task is still there.
+    server.kill();
+    let mut server = scratch.serve(&[]);
+    let after_restart = task_request(&mut server, "tasks/get", &task_id);
+    assert_eq!(
+        after_restart["result"]["status"], "working",
+        "{after_restart}"
+    );
+    let unknown = task_request(
+        &mut server,
+        "tasks/get",
+        "tgt_00000000000000000000000000000000",
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // Approved by a person; the next poll runs the call, and every poll after replays it.
+    let out = approve(&scratch, &approval, "human:approver");
+    assert!(out.status.success(), "approve: {}", stderr(&out));
+    let done = task_request(&mut server, "tasks/get", &task_id);
+    let result = &done["result"];
+    assert_eq!(result["status"], "completed", "{done}");
+    assert_eq!(
+        result["result"]["structuredContent"]["status"], "refunded",
+        "{done}"
+    );
+    let again = task_request(&mut server, "tasks/get", &task_id);
+    assert_eq!(again["result"]["result"], result["result"], "{again}");
+    assert_eq!(refunds(&scratch).len(), 1, "exactly one refund");
+
+    // A cancelled task runs nothing, even when its request is approved afterwards.
+    let call = server.send_call_with_meta("refund", refund("ord_1005", 30), with_tasks());
+    let (second, _) = server.answer(call);
+    let second_id = second["result"]["taskId"].as_str().unwrap().to_owned();
+    let cancelled = task_request(&mut server, "tasks/cancel", &second_id);
+    assert!(cancelled.get("error").is_none(), "{cancelled}");
+    let pending = rows(&scratch, false);
+    let second_approval = pending[0]["id"].as_str().unwrap().to_owned();
+    assert!(
+        approve(&scratch, &second_approval, "human:approver")
+            .status
+            .success()
+    );
+    let read = task_request(&mut server, "tasks/get", &second_id);
+    assert_eq!(read["result"]["status"], "cancelled", "{read}");
+    assert_eq!(refunds(&scratch).len(), 1);
+
+    // A denial is the call's answer: completed, an error result that says not to retry.
+    let call = server.send_call_with_meta("refund", refund("ord_1003", 40), with_tasks());
+    let (third, _) = server.answer(call);
+    let third_id = third["result"]["taskId"].as_str().unwrap().to_owned();
+    let third_approval = rows(&scratch, false)[0]["id"].as_str().unwrap().to_owned();
+    let out = scratch.cli(&[
+        "approvals",
+        "deny",
+        &third_approval,
+        "--as",
+        "human:approver",
+        "--reason",
+        "not today",
+    ]);
+    assert!(out.status.success(), "deny: {}", stderr(&out));
+    let denied = task_request(&mut server, "tasks/get", &third_id);
+    assert_eq!(denied["result"]["status"], "completed", "{denied}");
+    let answer = &denied["result"]["result"];
+    assert_eq!(answer["isError"], true, "{denied}");
+    assert_eq!(
+        answer["structuredContent"]["reason"], "not today",
+        "{denied}"
+    );
+    assert!(answer.to_string().contains(DO_NOT_RETRY), "{denied}");
+    assert_eq!(refunds(&scratch).len(), 1);
+
+    server.close();
+    let records = scratch.records();
+    let ran: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["task_id"] == task_id.as_str() && r["outcome"] == "committed")
+        .collect();
+    assert_eq!(
+        ran.len(),
+        1,
+        "the run is recorded once, under its task: {records:?}"
+    );
+    let (code, report) = verify_json(&scratch.audit());
+    assert_eq!(code, 0, "{report}");
+}

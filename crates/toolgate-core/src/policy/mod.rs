@@ -533,6 +533,18 @@ impl Policy {
             .any(|n| n == ANY_UPSTREAM || n == upstream)
     }
 
+    /// Whether some call may have to wait for a person: a tier of medium (past the budget it is
+    /// high) or high, as the default, a tool's own, or an escalation's. A server offers tasks for
+    /// calls held for a person only then.
+    #[must_use]
+    pub fn may_need_approval(&self) -> bool {
+        let asks = |tier: Tier| matches!(tier, Tier::Medium | Tier::High);
+        asks(self.defaults().tier)
+            || self.tools().any(|(_, rule)| {
+                rule.tier.is_some_and(asks) || rule.escalate.iter().any(|e| asks(e.tier))
+            })
+    }
+
     /// Whether any upstream's tasks may pass (`[passthrough] tasks` names one): the gateway then
     /// declares the tasks extension, whichever upstreams are connected at the moment.
     #[must_use]

@@ -846,3 +846,28 @@ approvals_required = 2
         assert_eq!(err, expected, "{table}");
     }
 }
+
+#[test]
+fn a_policy_may_need_approval_only_where_some_tier_can_ask_a_person() {
+    let load = |text: &str| Policy::from_bytes(text.as_bytes()).unwrap();
+    assert!(
+        !Policy::from_json(SEED_POLICY.as_bytes())
+            .unwrap()
+            .may_need_approval()
+    );
+    assert!(
+        !load("version = 2\n[defaults]\ntier = \"low\"\n[tools.x]\ntier = \"blocked\"\n")
+            .may_need_approval()
+    );
+    assert!(load("version = 2\n[defaults]\ntier = \"medium\"\n").may_need_approval());
+    assert!(
+        load("version = 2\n[defaults]\ntier = \"blocked\"\n[tools.x]\ntier = \"high\"\n")
+            .may_need_approval()
+    );
+    assert!(
+        load(
+            "version = 2\n[defaults]\ntier = \"low\"\n[tools.x]\nescalate = [{ when = \"args.n > 1\", tier = \"high\" }]\n"
+        )
+        .may_need_approval()
+    );
+}

@@ -545,6 +545,7 @@ async fn a_fresh_file_gets_every_table_at_the_current_version() {
         tables,
         [
             "agent_runs",
+            "approval_tasks",
             "approval_votes",
             "approvals",
             "budget_charges",

@@ -35,16 +35,6 @@ pub(super) fn same_token(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// `bytes` random bytes from the operating system, as hex.
-///
-/// # Errors
-/// The operating system's generator failed (then no secret is made, and nobody is logged in).
-pub(super) fn random_hex(bytes: usize) -> Result<String, getrandom::Error> {
-    let mut buf = vec![0u8; bytes];
-    getrandom::fill(&mut buf)?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Why a login link could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum LinkError {
@@ -67,7 +57,7 @@ pub async fn mint_link(
     expires_at: i64,
     now: i64,
 ) -> Result<String, LinkError> {
-    let token = random_hex(16).map_err(LinkError::Random)?;
+    let token = crate::random_hex(16).map_err(LinkError::Random)?;
     store
         .mint_login(&digest(&token), identity, expires_at, now)
         .await?;

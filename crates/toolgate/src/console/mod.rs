@@ -655,9 +655,9 @@ async fn oidc_start(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery
         .filter(|next| shared.is_ours(next))
         .map_or_else(|| shared.base.home(), str::to_owned);
     let secrets = (
-        login::random_hex(32),
-        login::random_hex(16),
-        login::random_hex(32),
+        crate::random_hex(32),
+        crate::random_hex(16),
+        crate::random_hex(32),
     );
     let (Ok(state), Ok(nonce), Ok(code_verifier)) = secrets else {
         return shared.unavailable(&std::io::Error::other("the random generator failed"));
@@ -806,7 +806,7 @@ impl Shared {
         next: &str,
         also: Option<String>,
     ) -> Response {
-        let secret = match login::random_hex(32) {
+        let secret = match crate::random_hex(32) {
             Ok(secret) => secret,
             Err(error) => return self.unavailable(&std::io::Error::other(error.to_string())),
         };

@@ -156,6 +156,12 @@ impl<'c> CallState<'c> {
         self
     }
 
+    /// A field every audit record of the call carries (`task_id` for a call a task runs).
+    pub(crate) fn with_detail(mut self, key: &'static str, value: Value) -> Self {
+        self.detail.push((key, value));
+        self
+    }
+
     /// A call that needs a person answers pending at once instead of being held open.
     pub(crate) fn unheld(mut self) -> Self {
         self.hold = false;
@@ -194,13 +200,9 @@ impl<'a> Corridor<'a> {
         }
     }
 
-    /// Walks `call` through every step, records its answer and gives it its wire form.
-    pub(crate) async fn call(&self, call: CallState<'_>) -> Result<CallToolResponse, ErrorData> {
-        self.call_for_outcome(call).await.response
-    }
-
-    /// [`Corridor::call`], with what kind of answer it was and the tier it was decided at.
-    async fn call_for_outcome(&self, mut call: CallState<'_>) -> Outcome {
+    /// Walks `call` through every step, records its answer and gives it its wire form, with what
+    /// kind of answer it was, the tier it was decided at and the approval it involved.
+    pub(crate) async fn call_for_outcome(&self, mut call: CallState<'_>) -> Outcome {
         let answer = match self.walk(&mut call).await {
             ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
         };

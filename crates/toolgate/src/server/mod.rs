@@ -12,6 +12,7 @@
 )]
 
 mod resolutions;
+mod tasks;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -268,7 +269,7 @@ impl ServerHandler for GateServer {
         }
         // Decided by the policy alone, like prompts and resources: what is declared stays the
         // same while upstreams come and go. `initialize` sessions do not see it ([`Self::initialize`]).
-        if self.passes_tasks() {
+        if self.passes_tasks() || self.approval_tasks().is_some() {
             capabilities
                 .extensions
                 .get_or_insert_default()
@@ -309,6 +310,9 @@ impl ServerHandler for GateServer {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
+        if request.task_id.starts_with(tasks::PREFIX) {
+            return self.get_approval_task(&request.task_id, &context).await;
+        }
         let (pass, gate) = self.task_pass(&context, &request.task_id)?;
         let caller = caller(&context, (None, None));
         let mut result = pass.get_task(request, caller, gate).await?;
@@ -321,6 +325,16 @@ impl ServerHandler for GateServer {
         request: UpdateTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if request.task_id.starts_with(tasks::PREFIX) {
+            // A task that waits for a person asks the caller nothing.
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "task {} takes no input: it waits for a person's approval",
+                    request.task_id
+                ),
+                None,
+            ));
+        }
         let (pass, gate) = self.task_pass(&context, &request.task_id)?;
         pass.update_task(request, caller(&context, (None, None)), gate)
             .await
@@ -331,6 +345,9 @@ impl ServerHandler for GateServer {
         request: CancelTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
+        if request.task_id.starts_with(tasks::PREFIX) {
+            return self.cancel_approval_task(&request.task_id, &context).await;
+        }
         let (pass, gate) = self.task_pass(&context, &request.task_id)?;
         pass.cancel_task(request, caller(&context, (None, None)), gate)
             .await
@@ -619,14 +636,28 @@ impl GateServer {
         let gate = self.gate_for(&context);
         let corridor = Corridor::new(&gate, self.toolset.as_ref(), &request.name);
         let input = (request.input_responses, request.request_state);
-        let call = CallState::new(
+        // A caller that takes tasks is not held for a person: a pending call becomes a task.
+        let tasks = self.approval_tasks_for(&context);
+        let kept = tasks.as_ref().map(|_| arguments.clone());
+        let mut call = CallState::new(
             &request.name,
             arguments,
             context.ct.clone(),
             self.shutdown.clone(),
         )
         .with_caller(caller(&context, input), context.meta.get_progress_token());
-        let mut result = match corridor.call(call).await? {
+        if tasks.is_some() {
+            call = call.unheld();
+        }
+        let outcome = corridor.call_for_outcome(call).await;
+        if let (Some(store), Some(arguments), Some(approval)) = (&tasks, kept, &outcome.approval_id)
+            && outcome.kind == toolgate_core::answer::Kind::Pending
+        {
+            return self
+                .hand_out_task(store, &gate, &request.name, arguments, approval)
+                .await;
+        }
+        let mut result = match outcome.response? {
             CallToolResponse::Complete(result) => result,
             other => return Ok(other),
         };

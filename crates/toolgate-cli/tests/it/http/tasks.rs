@@ -235,3 +235,73 @@ fn a_task_goes_to_its_caller_only_redacted_and_audited_from_start_to_end() {
     assert_audit_verifies(&scratch);
     server.stop();
 }
+
+/// `toolgate serve --toolset orders --http` with OAuth: refunds above 25 wait for a person.
+fn orders(scratch: &Scratch, signer: &Signer) -> HttpServer {
+    HttpServer::start(scratch, super::Keys::File(&[signer]), &[])
+}
+
+#[test]
+fn a_call_held_for_a_person_is_a_task_only_its_caller_can_follow() {
+    let text = crate::policy_with(
+        "orders.toml",
+        &[("approval_wait", "\"60s\""), ("approval_ttl", "\"5m\"")],
+    );
+    let scratch = Scratch::with_policy_text("orders", &text);
+    let signer = Signer::rsa("rsa-1");
+    let server = orders(&scratch, &signer);
+    let resource = server.resource();
+    let alice = signer.sign(&claims(&resource, "user-alice", "payments:write"));
+    let bob = signer.sign(&claims(&resource, "user-bob", "payments:write"));
+
+    let refund = json!({"name": "refund", "arguments": {"order_id": "ord_1001", "amount": 49}});
+    let asked = Instant::now();
+    let created = send(&server, &alice, "tools/call", refund, true).result("tools/call");
+    assert!(asked.elapsed() < Duration::from_secs(10), "held: {created}");
+    assert_eq!(created["resultType"], "task", "{created}");
+    let id = created["taskId"].as_str().expect("taskId").to_owned();
+
+    // bob's reads and cancels of alice's task are answered as for a task that does not exist.
+    for method in ["tasks/get", "tasks/cancel"] {
+        let theirs = send(&server, &bob, method, json!({"taskId": id}), true);
+        let error = error_of(&theirs).unwrap_or_else(|| panic!("{method}: {}", theirs.body));
+        assert_eq!(error["code"], -32602, "{method}: {error}");
+        assert_eq!(error["message"], format!("unknown task: {id}"), "{error}");
+    }
+    let working = send(&server, &alice, "tasks/get", json!({"taskId": id}), true).result("get");
+    assert_eq!(working["status"], "working", "{working}");
+
+    let approval = scratch.cli(&["approvals", "list", "--json"]);
+    let rows: Value = serde_json::from_slice(&approval.stdout).expect("list --json");
+    let approval = rows[0]["id"]
+        .as_str()
+        .expect("a pending approval")
+        .to_owned();
+    assert_eq!(rows[0]["requester"], "user-alice");
+    let out = scratch.cli(&["approvals", "approve", &approval, "--as", "human:ops"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let done = until_ended(&server, &alice, &id);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["structuredContent"]["status"], "refunded",
+        "{done}"
+    );
+    let refunds: Vec<Value> = scratch
+        .effects()
+        .into_iter()
+        .filter(|e| e["kind"] == "refund")
+        .collect();
+    assert_eq!(refunds.len(), 1, "{refunds:?}");
+    assert_eq!(refunds[0]["by"], "user-alice", "{refunds:?}");
+    let theirs = send(&server, &bob, "tasks/get", json!({"taskId": id}), true);
+    assert_eq!(
+        error_of(&theirs).map(|e| e["code"].clone()),
+        Some(json!(-32602))
+    );
+    assert_audit_verifies(&scratch);
+}
