@@ -58,7 +58,8 @@ pub(crate) struct Args {
     /// The URL is a credential: read at start, never printed, redacted from every log line.
     #[arg(long, value_name = "FILE")]
     slack_webhook_file: Option<PathBuf>,
-    /// Base URL of the approvals console: notifications link to URL/approvals/ID.
+    /// Base URL of the approvals console: notifications link to URL/approvals/ID, and a caller
+    /// held for a person that declared URL-mode elicitation is sent that page.
     #[arg(long, value_name = "URL")]
     console_url: Option<String>,
 }
@@ -113,11 +114,15 @@ pub(crate) async fn open(
     secrets.extend(notify_secrets);
     let redactor = Redactor::new(secrets);
     crate::logging::use_redactor(Arc::new(redactor.clone()));
-    let gate = Gate::open(policy, &args.data, durability)
+    let mut gate = Gate::open(policy, &args.data, durability)
         .await?
         .with_redactor(redactor)
         .with_switches(env_var)
         .with_principal(toolgate::identity::local_principal());
+    if let Some(base) = &args.console_url {
+        // Checked by `notifications` above, as the links of the messages are.
+        gate = gate.with_console(base);
+    }
     let Some(config) = notifications else {
         return Ok(gate);
     };

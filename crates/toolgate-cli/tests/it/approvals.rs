@@ -3,6 +3,7 @@
 //! are checked on what a user can see: the effects log of the shop, the rows the CLI shows, the
 //! audit log and its verifier. toolgate.db is only ever read through the CLI.
 
+use std::io::Write;
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -705,4 +706,71 @@ fn a_held_call_becomes_a_durable_task_that_survives_a_restart_and_runs_once_when
     );
     let (code, report) = verify_json(&scratch.audit());
     assert_eq!(code, 0, "{report}");
+}
+
+#[test]
+fn a_held_legacy_caller_that_opens_links_is_sent_the_console_page_of_its_request() {
+    let scratch = orders("30s", "5m");
+    let mut command = scratch.serve_command();
+    command.args(["--console-url", "http://127.0.0.1:8710/console/"]);
+    let mut server = super::Server::start(command, &[]);
+    let line = |server: &mut super::Server, message: Value| {
+        let stdin = server.stdin.as_mut().expect("stdin");
+        writeln!(stdin, "{message}").expect("write");
+        stdin.flush().expect("flush");
+    };
+    line(
+        &mut server,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {"form": {}, "url": {}}},
+            "clientInfo": {"name": "url-elicitation-test", "version": "1"},
+        }}),
+    );
+    let (init, _) = server.answer(1);
+    assert!(init.get("result").is_some(), "{init}");
+    line(
+        &mut server,
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    line(
+        &mut server,
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+               "params": {"name": "refund", "arguments": refund("ord_1001", 49)}}),
+    );
+
+    // The server asks the client to open the request's page, on the held call's stream.
+    let question = loop {
+        let message = server.read();
+        if message["method"] == "elicitation/create" {
+            break message;
+        }
+        assert!(
+            message["id"] != 2,
+            "answered before the question: {message}"
+        );
+    };
+    let approval = first_pending(&scratch)["id"].as_str().unwrap().to_owned();
+    let params = &question["params"];
+    assert_eq!(params["mode"], "url", "{question}");
+    assert_eq!(
+        params["url"],
+        format!("http://127.0.0.1:8710/console/approvals/{approval}"),
+        "{question}"
+    );
+    assert_eq!(params["elicitationId"], approval.as_str(), "{question}");
+    line(
+        &mut server,
+        json!({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept"}}),
+    );
+
+    // The call still waits for the decision, and runs once after it.
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(refunds(&scratch).is_empty());
+    let out = approve(&scratch, &approval, "human:approver");
+    assert!(out.status.success(), "approve: {}", stderr(&out));
+    let (reply, _) = server.answer(2);
+    assert!(!is_error(&reply), "{reply}");
+    assert_eq!(refunds(&scratch).len(), 1);
+    server.close();
 }

@@ -8,7 +8,7 @@
 use std::ops::ControlFlow::{Break, Continue};
 use std::time::Duration;
 
-use rmcp::model::{CallToolResult, ProgressNotificationParam};
+use rmcp::model::{CallToolResult, GetExtensions as _, ProgressNotificationParam};
 use serde_json::Value;
 use toolgate_core::answer::{Pending, PersonRefusal};
 use toolgate_core::policy::{Action, Verdict, fingerprint};
@@ -141,6 +141,7 @@ impl Corridor<'_> {
         row: Approval,
     ) -> Flow<Approval> {
         let wait = self.gate.policy().defaults().approval_wait;
+        self.point_to_console(call, &row);
         let started = tokio::time::Instant::now();
         let mut tick = 0_u32;
         let mut row = row;
@@ -177,6 +178,59 @@ impl Corridor<'_> {
             }
         }
         Continue(row)
+    }
+
+    /// Sends a caller that is held for a person, and can open a link, the console's page of the
+    /// request (URL-mode elicitation, MCP 2025-11-25): an `initialize`-era client that declared
+    /// `elicitation.url`, on a gate that knows the console. Not awaited: the person may take
+    /// their time, and the call goes on waiting for the decision whatever the client answers
+    /// (a 2026-07-28 client has no requests from the server; it can take a task instead).
+    fn point_to_console(&self, call: &CallState<'_>, row: &Approval) {
+        let Some(caller) = &call.caller else { return };
+        let url_mode = caller
+            .capabilities
+            .elicitation
+            .as_ref()
+            .is_some_and(|elicitation| elicitation.url.is_some());
+        let Some(link) = self
+            .gate
+            .console_link(&row.id)
+            .filter(|_| url_mode && !caller.modern)
+        else {
+            return;
+        };
+        let message = format!(
+            "{} needs a person's approval (request {}). Open the approvals console to see what it would do and who may decide.",
+            row.tool, row.id
+        );
+        let params = rmcp::model::ElicitRequestParams::UrlElicitationParams {
+            meta: None,
+            message,
+            url: link,
+            elicitation_id: row.id.clone(),
+        };
+        let mut request =
+            rmcp::model::ServerRequest::ElicitRequest(rmcp::model::ElicitRequest::new(params));
+        // On the stream of the held call, where the client expects its questions.
+        request
+            .extensions_mut()
+            .insert(rmcp::service::OriginatingRequestId(
+                caller.request_id.clone(),
+            ));
+        let peer = caller.peer.clone();
+        let approval = row.id.clone();
+        let limit = self.gate.policy().defaults().approval_ttl;
+        tokio::spawn(async move {
+            match tokio::time::timeout(limit, peer.send_request(request)).await {
+                Ok(Ok(answer)) => {
+                    tracing::info!(approval = %approval, answer = ?answer, "the caller was shown the console's page of its request");
+                }
+                Ok(Err(error)) => {
+                    tracing::info!(approval = %approval, error = %error, "the caller did not take the console's link");
+                }
+                Err(_) => {}
+            }
+        });
     }
 
     /// An approved call runs exactly once: the first to consume the approval goes on to run

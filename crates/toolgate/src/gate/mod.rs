@@ -73,6 +73,8 @@ pub struct Gate {
     /// Announces new approval requests; shared by every caller of this gate.
     #[cfg(feature = "notify")]
     notifier: Option<crate::notify::Notifier>,
+    /// The approvals console's base URL, where a held call's request can be seen and decided.
+    console: Option<Arc<str>>,
 }
 
 impl Gate {
@@ -93,6 +95,7 @@ impl Gate {
             verifies: Arc::default(),
             #[cfg(feature = "notify")]
             notifier: None,
+            console: None,
         }
     }
 
@@ -183,6 +186,22 @@ impl Gate {
     pub fn with_notifier(mut self, notifier: crate::notify::Notifier) -> Self {
         self.notifier = Some(notifier);
         self
+    }
+
+    /// The approvals console's base URL (`https://gate.example.com/console`): a caller held for a
+    /// person that can open a link is sent its request's page there (URL-mode elicitation).
+    #[must_use]
+    pub fn with_console(mut self, base: &str) -> Self {
+        self.console = Some(Arc::from(base.trim_end_matches('/')));
+        self
+    }
+
+    /// The console page of approval `id`, when this gate knows the console.
+    #[must_use]
+    pub fn console_link(&self, id: &str) -> Option<String> {
+        self.console
+            .as_deref()
+            .map(|base| format!("{base}/approvals/{id}"))
     }
 
     /// What announces new approval requests, if this gate has it.
