@@ -156,12 +156,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Checked before anything is bound or written.
     duration(&args.link_ttl, "--link-ttl")?;
     let approvals = open(&args.data).await?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    let bound = listener
-        .local_addr()
-        .context("cannot read the bound address")?;
+    let (listener, bound) = crate::http::listen(addr).await?;
     let base = match &args.public_url {
         Some(url) => url.trim_end_matches('/').to_owned(),
         None => format!("http://{bound}"),

@@ -73,6 +73,19 @@ pub(crate) struct HttpArgs {
     oidc: crate::console::OidcArgs,
 }
 
+/// A listener on `addr`, and the address it got (the port, when `addr` asked for 0).
+pub(crate) async fn listen(
+    addr: SocketAddr,
+) -> anyhow::Result<(tokio::net::TcpListener, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let bound = listener
+        .local_addr()
+        .context("cannot read the bound address")?;
+    Ok((listener, bound))
+}
+
 /// `--http`'s value: `PORT` or `localhost:PORT` (on 127.0.0.1), or `HOST:PORT` with an IP address.
 pub(crate) fn parse_address(text: &str) -> anyhow::Result<SocketAddr> {
     let port = text
@@ -164,12 +177,7 @@ pub(crate) async fn serve(
             args.path
         );
     }
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
-    let bound = listener
-        .local_addr()
-        .context("cannot read the bound address")?;
+    let (listener, bound) = listen(addr).await?;
     let resource = match &args.resource {
         Some(resource) => resource.clone(),
         None => format!("http://{bound}{}", args.path),

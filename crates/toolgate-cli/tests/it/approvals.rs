@@ -91,14 +91,6 @@ fn approve(scratch: &Scratch, id: &str, who: &str) -> Output {
     scratch.cli(&["approvals", "approve", id, "--as", who])
 }
 
-fn refunds(scratch: &Scratch) -> Vec<Value> {
-    scratch
-        .effects()
-        .into_iter()
-        .filter(|e| e["kind"] == "refund")
-        .collect()
-}
-
 #[test]
 fn a_large_refund_waits_runs_once_when_approved_and_a_repeat_replays_it() {
     let scratch = Scratch::with_policy("orders.toml");
@@ -117,7 +109,7 @@ fn a_large_refund_waits_runs_once_when_approved_and_a_repeat_replays_it() {
         (&json!("refund"), &json!("high"), Some(49.0)),
         "{row}"
     );
-    assert!(refunds(&scratch).is_empty(), "nothing runs while it waits");
+    assert!(scratch.refunds().is_empty(), "nothing runs while it waits");
 
     // A person at another terminal, about a second later.
     std::thread::sleep(Duration::from_secs(1).saturating_sub(sent.elapsed()));
@@ -135,7 +127,7 @@ fn a_large_refund_waits_runs_once_when_approved_and_a_repeat_replays_it() {
         (Some("refunded"), Some(49.0)),
         "{reply}"
     );
-    let done = refunds(&scratch);
+    let done = scratch.refunds();
     assert_eq!(done.len(), 1, "{done:?}");
     assert_eq!(
         (&done[0]["order_id"], &done[0]["amount_cents"]),
@@ -149,7 +141,7 @@ fn a_large_refund_waits_runs_once_when_approved_and_a_repeat_replays_it() {
     assert!(started.elapsed() < Duration::from_secs(2), "{again}");
     assert!(!is_error(&again), "{again}");
     assert_eq!(structured(&again)["refund_id"], result["refund_id"]);
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
     assert_eq!(show(&scratch, &approval)["used"], true);
     server.close();
 }
@@ -214,7 +206,7 @@ fn of_many_concurrent_deciders_exactly_one_wins_and_the_others_are_told_it_was_d
         assert_eq!(row["status"], status, "{n} deciders: {row}");
         assert_eq!(row["used"], false, "{row}");
     }
-    assert!(refunds(&scratch).is_empty());
+    assert!(scratch.refunds().is_empty());
     server.close();
 }
 
@@ -246,7 +238,7 @@ fn the_requester_cannot_approve_its_own_request() {
         pending_id(&server.call("refund", refund("ord_1001", 49))),
         approval
     );
-    assert!(refunds(&scratch).is_empty());
+    assert!(scratch.refunds().is_empty());
     server.close();
 }
 
@@ -282,7 +274,7 @@ fn a_decision_after_expiry_changes_nothing_and_the_held_call_was_told_not_to_ret
         (&row["status"], &row["decided_by"], &row["used"]),
         (&json!("expired"), &Value::Null, &json!(false))
     );
-    assert!(refunds(&scratch).is_empty());
+    assert!(scratch.refunds().is_empty());
     server.close();
 }
 
@@ -308,7 +300,7 @@ fn an_approval_is_bound_to_the_exact_arguments_it_was_given_for() {
     assert_ne!(other, approved);
     assert_ne!(more, other);
 
-    assert!(refunds(&scratch).is_empty(), "{:?}", scratch.effects());
+    assert!(scratch.refunds().is_empty(), "{:?}", scratch.effects());
     let row = show(&scratch, &approved);
     assert_eq!(
         (&row["status"], &row["used"]),
@@ -341,7 +333,7 @@ fn a_second_identical_call_while_pending_attaches_to_the_same_row() {
         structured(&replayed)["refund_id"],
         structured(&ran)["refund_id"]
     );
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
     assert_eq!(rows(&scratch, true).len(), 1);
     server.close();
 }
@@ -377,7 +369,7 @@ fn approve_held_copies(copies: usize) -> (Scratch, Vec<Value>) {
 #[test]
 fn held_copies_of_one_approved_call_run_it_exactly_once() {
     let (scratch, answers) = approve_held_copies(2);
-    assert_eq!(refunds(&scratch).len(), 1, "one execution for one approval");
+    assert_eq!(scratch.refunds().len(), 1, "one execution for one approval");
     let refunded: Vec<&Value> = answers
         .iter()
         .filter(|a| !is_error(a))
@@ -391,7 +383,7 @@ fn held_copies_of_one_approved_call_run_it_exactly_once() {
 #[test]
 fn every_held_copy_of_an_approved_call_gets_its_result() {
     let (scratch, answers) = approve_held_copies(40);
-    assert_eq!(refunds(&scratch).len(), 1, "one execution for one approval");
+    assert_eq!(scratch.refunds().len(), 1, "one execution for one approval");
     let in_doubt: Vec<&Value> = answers.iter().filter(|a| is_error(a)).collect();
     assert!(
         in_doubt.is_empty(),
@@ -619,7 +611,7 @@ fn a_held_call_becomes_a_durable_task_that_survives_a_restart_and_runs_once_when
     );
     let working = task_request(&mut server, "tasks/get", &task_id);
     assert_eq!(working["result"]["status"], "working", "{working}");
-    assert!(refunds(&scratch).is_empty());
+    assert!(scratch.refunds().is_empty());
 
     // A crash, and a new server on the same directory: the task is still there.
     server.kill();
@@ -648,7 +640,7 @@ fn a_held_call_becomes_a_durable_task_that_survives_a_restart_and_runs_once_when
     );
     let again = task_request(&mut server, "tasks/get", &task_id);
     assert_eq!(again["result"]["result"], result["result"], "{again}");
-    assert_eq!(refunds(&scratch).len(), 1, "exactly one refund");
+    assert_eq!(scratch.refunds().len(), 1, "exactly one refund");
 
     // A cancelled task runs nothing, even when its request is approved afterwards.
     let call = server.send_call_with_meta("refund", refund("ord_1005", 30), with_tasks());
@@ -665,7 +657,7 @@ fn a_held_call_becomes_a_durable_task_that_survives_a_restart_and_runs_once_when
     );
     let read = task_request(&mut server, "tasks/get", &second_id);
     assert_eq!(read["result"]["status"], "cancelled", "{read}");
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
 
     // A denial is the call's answer: completed, an error result that says not to retry.
     let call = server.send_call_with_meta("refund", refund("ord_1003", 40), with_tasks());
@@ -691,7 +683,7 @@ fn a_held_call_becomes_a_durable_task_that_survives_a_restart_and_runs_once_when
         "{denied}"
     );
     assert!(answer.to_string().contains(DO_NOT_RETRY), "{denied}");
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
 
     server.close();
     let records = scratch.records();
@@ -766,11 +758,11 @@ fn a_held_legacy_caller_that_opens_links_is_sent_the_console_page_of_its_request
 
     // The call still waits for the decision, and runs once after it.
     std::thread::sleep(Duration::from_millis(500));
-    assert!(refunds(&scratch).is_empty());
+    assert!(scratch.refunds().is_empty());
     let out = approve(&scratch, &approval, "human:approver");
     assert!(out.status.success(), "approve: {}", stderr(&out));
     let (reply, _) = server.answer(2);
     assert!(!is_error(&reply), "{reply}");
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
     server.close();
 }

@@ -286,14 +286,6 @@ fn screenshot_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from)
 }
 
-fn refunds(scratch: &Scratch) -> Vec<Value> {
-    scratch
-        .effects()
-        .into_iter()
-        .filter(|e| e["kind"] == "refund")
-        .collect()
-}
-
 #[test]
 fn a_person_approves_in_the_browser_and_the_held_call_runs_once_and_a_racing_browser_loses() {
     let text = policy_with(
@@ -376,7 +368,7 @@ fn a_person_approves_in_the_browser_and_the_held_call_runs_once_and_a_racing_bro
     let (reply, _) = server.answer(call);
     assert!(!is_error(&reply), "{reply}");
     assert_eq!(structured(&reply)["status"], "refunded", "{reply}");
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
 
     // Bob's page was loaded before the decision; his click loses, and says so.
     bob.type_into("#reason", "looks fine");
@@ -388,7 +380,7 @@ fn a_person_approves_in_the_browser_and_the_held_call_runs_once_and_a_racing_bro
         "{notice}"
     );
     assert_eq!(bob.text("#status"), "approved");
-    assert_eq!(refunds(&scratch).len(), 1, "the losing click ran nothing");
+    assert_eq!(scratch.refunds().len(), 1, "the losing click ran nothing");
     bob.screenshot(&shots.join("console-decided-phone.png"));
 
     // Another origin, or no token, with alice's own session cookie over a real socket: refused.
@@ -402,12 +394,7 @@ fn a_person_approves_in_the_browser_and_the_held_call_runs_once_and_a_racing_bro
     let page = http
         .send("GET", &detail, &[("cookie", &cookie)], Vec::new())
         .expect("detail page");
-    let at = page
-        .body
-        .find(r#"name="csrf" value=""#)
-        .expect("csrf field")
-        + 19;
-    let csrf = page.body[at..at + 64].to_owned();
+    let csrf = Scratch::csrf_of(&page.body);
     for (origin, form) in [
         (
             "http://evil.example",
@@ -450,7 +437,7 @@ fn a_person_approves_in_the_browser_and_the_held_call_runs_once_and_a_racing_bro
         denied.to_string().contains("Do not retry this action"),
         "{denied}"
     );
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
     alice.goto(&detail);
     alice.wait_for("#decided-by");
     alice.screenshot(&shots.join("console-denied.png"));

@@ -88,6 +88,21 @@ impl Scratch {
         json_lines(&self.data().join("orders").join("orders-effects.jsonl"))
     }
 
+    /// The refunds among [`Self::effects`], in the order they were made.
+    fn refunds(&self) -> Vec<Value> {
+        self.effects()
+            .into_iter()
+            .filter(|e| e["kind"] == "refund")
+            .collect()
+    }
+
+    /// The CSRF token of a console page (its decision or sign-out form), as the browser sends it.
+    fn csrf_of(page: &str) -> String {
+        let field = r#"name="csrf" value=""#;
+        let at = page.find(field).expect("a CSRF field on the page") + field.len();
+        page[at..at + 64].to_owned()
+    }
+
     /// `toolgate serve` on this directory's policy and data, not yet started.
     fn serve_command(&self) -> Command {
         let mut command = toolgate();

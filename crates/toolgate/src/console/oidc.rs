@@ -150,17 +150,10 @@ impl Oidc {
     /// An insecure URL, an unreadable document, another issuer, no S256, or unusable keys.
     pub async fn discover(config: OidcConfig, redirect_uri: String) -> Result<Self, OidcError> {
         let issuer = secure(&config.issuer)?;
-        crate::install_tls_provider();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| OidcError::Discovery {
-                url: config.issuer.clone(),
-                reason: e.to_string(),
-            })?;
+        let http = auth::client(Duration::from_secs(10)).map_err(|e| OidcError::Discovery {
+            url: config.issuer.clone(),
+            reason: e.to_string(),
+        })?;
         let url = format!(
             "{}/.well-known/openid-configuration",
             issuer.as_str().trim_end_matches('/')

@@ -222,14 +222,8 @@ impl Verifier {
                 if !secure_url(url) {
                     return Err(ConfigError::InsecureJwksUrl(url.to_string()));
                 }
-                crate::install_tls_provider();
-                let client = reqwest::Client::builder()
-                    .no_proxy()
-                    .redirect(reqwest::redirect::Policy::none())
-                    .connect_timeout(Duration::from_secs(3))
-                    .timeout(Duration::from_secs(5))
-                    .build()
-                    .map_err(|e| ConfigError::Jwks(e.to_string()))?;
+                let client =
+                    client(Duration::from_secs(5)).map_err(|e| ConfigError::Jwks(e.to_string()))?;
                 Some(client)
             }
         };
@@ -524,6 +518,19 @@ fn rejection(kind: &jsonwebtoken::errors::ErrorKind) -> Rejection {
         }
         _ => Rejection::Malformed,
     }
+}
+
+/// The client for the issuer's documents (a JWKS, OpenID discovery, the token endpoint): no
+/// proxy from the environment, no redirect followed (a document is where it was configured to
+/// be), 3 s to connect and `timeout` in all.
+pub(crate) fn client(timeout: Duration) -> Result<reqwest::Client, reqwest::Error> {
+    crate::install_tls_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .connect_timeout(Duration::from_secs(3))
+        .timeout(timeout)
+        .build()
 }
 
 /// https, or http to a loopback address (a local test issuer).

@@ -307,12 +307,7 @@ fn an_approver_signs_in_with_the_provider_and_defective_or_replayed_sign_ins_are
 fn decide(agent: &mut Agent, base: &str, approval: &str) -> Reply {
     let url = format!("{base}/approvals/{approval}");
     let page = agent.get(&url);
-    let at = page
-        .body
-        .find(r#"name="csrf" value=""#)
-        .expect("csrf field")
-        + 19;
-    let csrf = page.body[at..at + 64].to_owned();
+    let csrf = Scratch::csrf_of(&page.body);
     let cookie = agent.jar.header(&url);
     agent
         .http

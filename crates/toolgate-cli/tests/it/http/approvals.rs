@@ -39,14 +39,6 @@ fn pending(result: &Value) -> String {
         .to_owned()
 }
 
-fn refunds(scratch: &Scratch) -> Vec<Value> {
-    scratch
-        .effects()
-        .into_iter()
-        .filter(|e| e["kind"] == "refund")
-        .collect()
-}
-
 #[test]
 fn approvals_and_budgets_belong_to_the_token_subject() {
     // A held call waits 1 s instead of the demo's 10 s.
@@ -84,14 +76,14 @@ fn approvals_and_budgets_belong_to_the_token_subject() {
     assert_ne!(bobs_approval, approval);
     assert_eq!(show(&scratch, &bobs_approval)["requester"], "user-bob");
     assert!(
-        refunds(&scratch).is_empty(),
+        scratch.refunds().is_empty(),
         "bob's call ran on alice's approval"
     );
 
     // Alice's call now runs, once, by alice.
     let done = server.call_result(&alice, "refund", large);
     assert!(!is_error(&done), "{done}");
-    let made = refunds(&scratch);
+    let made = scratch.refunds();
     assert_eq!(made.len(), 1, "{made:?}");
     assert_eq!(made[0]["by"], "user-alice", "{:?}", made[0]);
 
@@ -120,7 +112,7 @@ fn approvals_and_budgets_belong_to_the_token_subject() {
         !is_error(&bob_small),
         "bob's budget is his own: {bob_small}"
     );
-    assert_eq!(refunds(&scratch).len(), 1 + 5 + 1);
+    assert_eq!(scratch.refunds().len(), 1 + 5 + 1);
 
     // Every call record names its subject (the approvals CLI writes its own `approvals/resolve`).
     let calls = records_of(&scratch, "refund");
@@ -208,12 +200,7 @@ fn the_console_beside_the_mcp_endpoint_decides_the_token_subjects_request() {
     let form = http
         .send("GET", &detail, &[("cookie", &cookie)], Vec::new())
         .unwrap();
-    let at = form
-        .body
-        .find(r#"name="csrf" value=""#)
-        .expect("csrf field")
-        + 19;
-    let csrf = &form.body[at..at + 64];
+    let csrf = Scratch::csrf_of(&form.body);
     let origin = server.url("");
     let decided = http
         .send(
@@ -235,7 +222,7 @@ fn the_console_beside_the_mcp_endpoint_decides_the_token_subjects_request() {
         json!({"order_id": "ord_1001", "amount": 30}),
     );
     assert!(!is_error(&ran), "{ran}");
-    assert_eq!(refunds(&scratch).len(), 1);
+    assert_eq!(scratch.refunds().len(), 1);
     // The MCP endpoint's front door is untouched: no token, no call.
     assert_eq!(
         server

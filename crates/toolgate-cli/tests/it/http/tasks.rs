@@ -291,11 +291,7 @@ fn a_call_held_for_a_person_is_a_task_only_its_caller_can_follow() {
         done["result"]["structuredContent"]["status"], "refunded",
         "{done}"
     );
-    let refunds: Vec<Value> = scratch
-        .effects()
-        .into_iter()
-        .filter(|e| e["kind"] == "refund")
-        .collect();
+    let refunds = scratch.refunds();
     assert_eq!(refunds.len(), 1, "{refunds:?}");
     assert_eq!(refunds[0]["by"], "user-alice", "{refunds:?}");
     let theirs = send(&server, &bob, "tasks/get", json!({"taskId": id}), true);
