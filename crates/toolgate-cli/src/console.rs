@@ -93,6 +93,11 @@ pub(crate) struct OidcArgs {
 }
 
 impl OidcArgs {
+    /// Whether any of these flags was given.
+    pub(crate) fn given(&self) -> bool {
+        self.oidc_issuer.is_some()
+    }
+
     /// The provider, discovered, when `--oidc-issuer` is given; `base` is the console's URL.
     pub(crate) async fn discover(&self, base: &str) -> anyhow::Result<Option<console::Oidc>> {
         let (Some(issuer), Some(client_id)) = (&self.oidc_issuer, &self.oidc_client_id) else {

@@ -169,6 +169,9 @@ pub(crate) async fn serve(
     if !args.path.starts_with('/') {
         bail!("--path must start with '/'");
     }
+    if args.oidc.given() && !args.console {
+        bail!("--oidc-issuer signs people in to the approvals console: it needs --console");
+    }
     if args.console
         && (args.path == CONSOLE_PATH || args.path.starts_with(&format!("{CONSOLE_PATH}/")))
     {

@@ -449,3 +449,23 @@ fn a_person_approves_in_the_browser_and_the_held_call_runs_once_and_a_racing_bro
     let (code, report) = verify_json(&scratch.audit());
     assert_eq!(code, 0, "{report}");
 }
+
+#[test]
+fn sign_in_flags_without_a_console_to_sign_in_to_are_refused() {
+    let scratch = Scratch::with_policy("orders.toml");
+    let out = scratch
+        .serve_command()
+        .args(["--http", "127.0.0.1:0", "--insecure-no-auth"])
+        .args([
+            "--oidc-issuer",
+            "http://127.0.0.1:9/",
+            "--oidc-client-id",
+            "toolgate",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run serve");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("it needs --console"), "{stderr}");
+}
