@@ -327,6 +327,15 @@ impl Shared {
         Ok((html, digest.finish()))
     }
 
+    /// Whether a state-changing form (a decision, a sign-out) was posted from this console's own
+    /// page: its origin is ours and it carries the session's CSRF token.
+    fn posted_from_own_page(&self, headers: &HeaderMap, form: &Form, who: &SignedIn) -> bool {
+        self.same_origin(headers)
+            && form
+                .get("csrf")
+                .is_some_and(|token| login::same_token(token, &who.csrf()))
+    }
+
     /// Whether a state-changing request comes from this console's own pages: an `Origin`, if
     /// sent, must be ours, and so must the fetch metadata's site.
     fn same_origin(&self, headers: &HeaderMap) -> bool {
@@ -458,11 +467,7 @@ async fn decide(
         Err(answer) => return answer,
     };
     let form = Form::parse(&body);
-    if !shared.same_origin(&headers)
-        || !form
-            .get("csrf")
-            .is_some_and(|token| login::same_token(token, &who.csrf()))
-    {
+    if !shared.posted_from_own_page(&headers, &form, &who) {
         tracing::warn!(approval = %id, decider = %who.session.identity, "a decision without this console's origin or CSRF token refused");
         return (
             StatusCode::FORBIDDEN,
@@ -560,7 +565,7 @@ async fn events(
     let digest = login::digest(&who.secret);
     // The digest of the region the page already shows (`since`): nothing is sent until the
     // region differs from it, so the first event is not a copy of the page just loaded.
-    let since = Form::parse(query.as_deref().unwrap_or("").as_bytes())
+    let since = Form::query(query.as_deref())
         .get("since")
         .and_then(|since| u64::from_str_radix(since, 16).ok());
     let state = (shared, digest, since);
@@ -603,11 +608,8 @@ async fn login_page(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Response {
-    let query = Form::parse(query.as_deref().unwrap_or("").as_bytes());
-    let next = query
-        .get("next")
-        .filter(|next| shared.is_ours(next))
-        .map_or_else(|| shared.base.home(), str::to_owned);
+    let query = Form::query(query.as_deref());
+    let next = shared.next_in(&query);
     let Some(token) = query.get("token") else {
         return match login::signed_in(&shared.logins, &headers, now_ms()).await {
             Ok(Some(_)) => redirect(&next, None),
@@ -649,11 +651,8 @@ async fn oidc_start(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery
     let Some(oidc) = &shared.oidc else {
         return not_found().await;
     };
-    let query = Form::parse(query.as_deref().unwrap_or("").as_bytes());
-    let next = query
-        .get("next")
-        .filter(|next| shared.is_ours(next))
-        .map_or_else(|| shared.base.home(), str::to_owned);
+    let query = Form::query(query.as_deref());
+    let next = shared.next_in(&query);
     let secrets = (
         crate::random_hex(32),
         crate::random_hex(16),
@@ -682,13 +681,7 @@ async fn oidc_start(State(shared): State<Arc<Shared>>, RawQuery(query): RawQuery
         &sign_in.code_verifier,
         query.get("login_hint"),
     );
-    let cookie = login::set_cookie(
-        login::OIDC_COOKIE,
-        Some(&state),
-        ttl_ms / 1000,
-        &shared.base.at("/oidc"),
-        shared.secure,
-    );
+    let cookie = shared.oidc_cookie(Some(&state), ttl_ms / 1000);
     redirect(&to, Some(cookie))
 }
 
@@ -704,7 +697,7 @@ async fn oidc_callback(
     let Some(oidc) = shared.oidc.clone() else {
         return not_found().await;
     };
-    let query = Form::parse(query.as_deref().unwrap_or("").as_bytes());
+    let query = Form::query(query.as_deref());
     let refuse = |status: StatusCode, why: String| {
         tracing::warn!(reason = %why, "an OpenID Connect sign-in was refused");
         let mut response = shared.page(
@@ -714,13 +707,7 @@ async fn oidc_callback(
             &shared.login_body(Some(&why), None),
         );
         // The sign-in is over either way: its state cookie goes.
-        let clear = login::set_cookie(
-            login::OIDC_COOKIE,
-            None,
-            0,
-            &shared.base.at("/oidc"),
-            shared.secure,
-        );
+        let clear = shared.oidc_cookie(None, 0);
         if let Ok(clear) = HeaderValue::from_str(&clear) {
             response.headers_mut().insert(header::SET_COOKIE, clear);
         }
@@ -777,13 +764,7 @@ async fn oidc_callback(
         );
     }
     tracing::info!(identity = %identity.id, groups = ?identity.groups, "signed in to the console with OpenID Connect");
-    let clear = login::set_cookie(
-        login::OIDC_COOKIE,
-        None,
-        0,
-        &shared.base.at("/oidc"),
-        shared.secure,
-    );
+    let clear = shared.oidc_cookie(None, 0);
     shared
         .open_session(
             identity.id,
@@ -864,11 +845,7 @@ async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
         Err(answer) => return answer,
     };
     let form = Form::parse(&body);
-    if !shared.same_origin(&headers)
-        || !form
-            .get("csrf")
-            .is_some_and(|token| login::same_token(token, &who.csrf()))
-    {
+    if !shared.posted_from_own_page(&headers, &form, &who) {
         return (
             StatusCode::FORBIDDEN,
             "refused: not from this console's own page\n",
@@ -887,6 +864,15 @@ async fn logout(State(shared): State<Arc<Shared>>, headers: HeaderMap, body: Byt
 }
 
 impl Shared {
+    /// Where a sign-in sends the browser: the query's `next` when it is a path of this console,
+    /// else the front page.
+    fn next_in(&self, query: &Form) -> String {
+        query
+            .get("next")
+            .filter(|next| self.is_ours(next))
+            .map_or_else(|| self.base.home(), str::to_owned)
+    }
+
     /// Whether `next` is a path of this console (never another site, `//host` included).
     fn is_ours(&self, next: &str) -> bool {
         let home = self.base.home();
@@ -898,6 +884,18 @@ impl Shared {
 
     fn cookie_path(&self) -> String {
         self.base.home()
+    }
+
+    /// The `Set-Cookie` of the cookie binding a sign-in's state to this browser (`None`: its
+    /// removal), sent only to the sign-in's own paths.
+    fn oidc_cookie(&self, state: Option<&str>, max_age_s: i64) -> String {
+        login::set_cookie(
+            login::OIDC_COOKIE,
+            state,
+            max_age_s,
+            &self.base.at("/oidc"),
+            self.secure,
+        )
     }
 }
 
@@ -962,6 +960,11 @@ struct Form(Vec<(String, String)>);
 impl Form {
     fn parse(bytes: &[u8]) -> Self {
         Self(url::form_urlencoded::parse(bytes).into_owned().collect())
+    }
+
+    /// A request's query string (none: no fields).
+    fn query(query: Option<&str>) -> Self {
+        Self::parse(query.unwrap_or_default().as_bytes())
     }
 
     fn get(&self, name: &str) -> Option<&str> {
