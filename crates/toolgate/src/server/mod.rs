@@ -93,6 +93,9 @@ pub struct GateServer {
     /// Cancelled when the server stops taking calls (a signal, or stdin closed): calls held for a
     /// person answer pending at once instead of holding the shutdown up.
     shutdown: CancellationToken,
+    /// Where calls held for a person become tasks, when this server offers them (`tasks.rs`):
+    /// decided once from the gate, since neither its queue nor its policy changes.
+    tasks: Option<toolgate_store::tasks::TaskStore>,
 }
 
 impl GateServer {
@@ -100,6 +103,7 @@ impl GateServer {
     #[must_use]
     pub fn new(gate: Gate, toolset: Arc<dyn Toolset>) -> Self {
         Self {
+            tasks: tasks::offered(&gate),
             gate,
             toolset,
             meta: server_meta(&crate::implementation()),

@@ -42,14 +42,18 @@ const KEPT: Duration = Duration::from_secs(24 * 3600);
 /// How often a client is asked to poll.
 const POLL_MS: u64 = 1000;
 
+/// The task store, when a server behind `gate` hands out tasks for held calls: it has an
+/// approval queue, and under its policy some call may wait for a person.
+pub(super) fn offered(gate: &Gate) -> Option<TaskStore> {
+    gate.approvals()
+        .filter(|_| gate.policy().may_need_approval())
+        .map(TaskStore::beside)
+}
+
 impl GateServer {
-    /// The task store, when this server hands out tasks for held calls: it has an approval queue,
-    /// and under its policy some call may wait for a person.
+    /// The task store, when this server hands out tasks for held calls ([`offered`]).
     pub(super) fn approval_tasks(&self) -> Option<TaskStore> {
-        self.gate
-            .approvals()
-            .filter(|_| self.gate.policy().may_need_approval())
-            .map(TaskStore::beside)
+        self.tasks.clone()
     }
 
     /// [`Self::approval_tasks`] for a request whose caller can take a task: a 2026-07-28 request
