@@ -25,6 +25,10 @@ pub(crate) struct VerifyArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
+    /// Hashing threads (default: one per core). Records hash independently; only the links are
+    /// checked in order, so the verdict does not depend on this.
+    #[arg(long, value_name = "N")]
+    threads: Option<std::num::NonZeroUsize>,
 }
 
 pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
@@ -32,10 +36,12 @@ pub(crate) fn run(command: Command) -> anyhow::Result<ExitCode> {
     let report = std::fs::File::open(&args.file)
         .map_err(audit::VerifyError::from)
         .and_then(|file| {
-            audit::verify(
-                BufReader::with_capacity(1 << 18, file),
-                args.expect_head.as_deref(),
-            )
+            let reader = BufReader::with_capacity(1 << 18, file);
+            let expect_head = args.expect_head.as_deref();
+            match args.threads {
+                Some(threads) => audit::verify_with(reader, expect_head, threads),
+                None => audit::verify(reader, expect_head),
+            }
         });
     let mut out = std::io::stdout().lock();
     let file = args.file.display().to_string();

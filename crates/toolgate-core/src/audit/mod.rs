@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::canonical;
 
-pub use verify::{Break, Report, VerifyError, verify};
+pub use verify::{Break, Report, VerifyError, verify, verify_with};
 
 /// `prev_sha256` of the first record of a chain.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -349,5 +349,5 @@ pub fn record_hash(prev: &str, body: &[u8]) -> String {
 #[must_use]
 pub fn line_head(line: &[u8]) -> Option<String> {
     let checked = verify::check_line(line).ok()?;
-    (checked.computed == checked.claimed).then_some(checked.claimed)
+    (checked.computed == checked.claimed).then(|| verify::text(&checked.claimed))
 }

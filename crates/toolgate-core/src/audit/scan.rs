@@ -21,6 +21,12 @@ pub(super) struct Fast {
 
 /// `Some` when `line` is a canonical JSON object with hex `prev_sha256` and `sha256` members.
 pub(super) fn canonical_record(line: &[u8]) -> Option<Fast> {
+    // Compact JSON has no whitespace, and a string spells control characters as escapes: no byte
+    // below 0x20 belongs in the line. One pass that the compiler vectorises, so that strings need
+    // only look for their end.
+    if line.iter().fold(false, |control, &b| control | (b < 0x20)) {
+        return None;
+    }
     std::str::from_utf8(line).ok()?;
     let mut scanner = Scanner {
         bytes: line,
@@ -109,40 +115,33 @@ impl Scanner<'_> {
     }
 
     /// A string in minimal escaped form; returns the range of its raw content and whether it had
-    /// escapes.
+    /// escapes. Control bytes were refused for the whole line already, so only `"` and `\\` matter.
     fn string(&mut self) -> Option<(Range<usize>, bool)> {
         self.eat(b'"')?;
         let start = self.pos;
         let mut escaped = false;
         loop {
-            let byte = self.peek()?;
-            match byte {
-                b'"' => {
-                    let range = start..self.pos;
-                    self.pos += 1;
-                    return Some((range, escaped));
-                }
-                b'\\' => {
-                    escaped = true;
-                    self.pos += 1;
-                    match self.peek()? {
-                        b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 1,
-                        b'u' => {
-                            let hex = self.bytes.get(self.pos + 1..self.pos + 5)?;
-                            let code =
-                                u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
-                            let lower = hex.iter().all(|b| !b.is_ascii_uppercase());
-                            let has_short_form = matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d);
-                            if !hex.starts_with(b"00") || code >= 0x20 || !lower || has_short_form {
-                                return None;
-                            }
-                            self.pos += 5;
-                        }
-                        _ => return None,
+            self.pos += memchr::memchr2(b'"', b'\\', self.bytes.get(self.pos..)?)?;
+            if self.bytes[self.pos] == b'"' {
+                let range = start..self.pos;
+                self.pos += 1;
+                return Some((range, escaped));
+            }
+            escaped = true;
+            self.pos += 1;
+            match self.peek()? {
+                b'"' | b'\\' | b'b' | b'f' | b'n' | b'r' | b't' => self.pos += 1,
+                b'u' => {
+                    let hex = self.bytes.get(self.pos + 1..self.pos + 5)?;
+                    let code = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+                    let lower = hex.iter().all(|b| !b.is_ascii_uppercase());
+                    let has_short_form = matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d);
+                    if !hex.starts_with(b"00") || code >= 0x20 || !lower || has_short_form {
+                        return None;
                     }
+                    self.pos += 5;
                 }
-                0x00..=0x1f => return None,
-                _ => self.pos += 1,
+                _ => return None,
             }
         }
     }
@@ -225,6 +224,17 @@ fn hex64(bytes: &[u8], value: Range<usize>) -> Option<Range<usize>> {
     let text = bytes.get(inner.clone())?;
     let ok = bytes[value.start] == b'"'
         && text.len() == 64
-        && text.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        && text.iter().all(|&b| IS_LOWER_HEX[usize::from(b)]);
     ok.then_some(inner)
 }
+
+/// Which bytes are lower-case hex digits.
+const IS_LOWER_HEX: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = matches!(b as u8, b'0'..=b'9' | b'a'..=b'f');
+        b += 1;
+    }
+    table
+};

@@ -388,3 +388,119 @@ fn a_sealed_line_is_the_canonical_encoding_of_its_record_whatever_its_detail() {
         assert_eq!(chain.head(), sealed.sha256);
     }
 }
+
+/// A sealed chain of `n` records of varied length, as the writer writes them.
+fn chain_of(n: u64) -> Vec<u8> {
+    let mut chain = Chain::new(GENESIS.to_owned());
+    let mut file = Vec::new();
+    for i in 0..n {
+        let args = json!({"request_id": format!("req-{i}"), "text": "x".repeat((i % 17) as usize)});
+        let event = Event::tool_call(
+            format!("req-{i}"),
+            "write_note",
+            Decision::Allow,
+            Outcome::Committed,
+            &args,
+        );
+        file.extend_from_slice(&chain.seal(&event, i).line);
+    }
+    file
+}
+
+fn lines_of(file: &[u8]) -> Vec<Vec<u8>> {
+    file.split_inclusive(|b| *b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+#[test]
+fn the_report_is_the_same_for_every_block_size_and_thread_count() {
+    use std::num::NonZeroUsize;
+
+    let good = chain_of(200);
+    let lines = lines_of(&good);
+    let head = check(&good).head;
+    let mut files: Vec<(String, Vec<u8>, Option<u64>)> = vec![
+        ("intact".to_owned(), good.clone(), None),
+        ("empty".to_owned(), Vec::new(), None),
+        (
+            "torn".to_owned(),
+            good[..good.len() - 5].to_vec(),
+            Some(200),
+        ),
+    ];
+    for at in [0_usize, 1, 57, 58, 199] {
+        let mut edited = lines.clone();
+        let byte = edited[at].len() / 2;
+        edited[at][byte] ^= 0x01;
+        files.push((
+            format!("byte flipped in {at}"),
+            edited.concat(),
+            Some(at as u64 + 1),
+        ));
+        let mut deleted = lines.clone();
+        deleted.remove(at);
+        let expect = (at < 199).then_some(at as u64 + 1);
+        files.push((format!("{at} deleted"), deleted.concat(), expect));
+        if at < 199 {
+            let mut swapped = lines.clone();
+            swapped.swap(at, at + 1);
+            files.push((
+                format!("{at} swapped"),
+                swapped.concat(),
+                Some(at as u64 + 1),
+            ));
+        }
+        let mut blank = lines.clone();
+        blank.insert(at, b"\n".to_vec());
+        files.push((
+            format!("blank before {at}"),
+            blank.concat(),
+            Some(at as u64 + 1),
+        ));
+    }
+    for (name, file, expect) in files {
+        let reference = verify_with(file.as_slice(), None, NonZeroUsize::MIN).unwrap();
+        assert_eq!(reference.broken.as_ref().map(|b| b.line), expect, "{name}");
+        if name == "intact" {
+            assert_eq!((reference.records, &reference.head), (200, &head));
+        }
+        for block in [1, 64, 400, 401, 4096, 1 << 20] {
+            for threads in [1, 2, 3, 8] {
+                let threads = NonZeroUsize::new(threads).unwrap();
+                let report =
+                    verify::verify_in_blocks(file.as_slice(), None, threads, block).unwrap();
+                assert_eq!(
+                    report, reference,
+                    "{name}, blocks of {block}, {threads} threads"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_line_longer_than_a_block_is_checked_whole() {
+    use std::num::NonZeroUsize;
+
+    let mut chain = Chain::new(GENESIS.to_owned());
+    let mut file = Vec::new();
+    for (i, size) in [10_usize, 5000, 10, 20_000].into_iter().enumerate() {
+        let args = json!({"text": "y".repeat(size)});
+        let event = Event::tool_call(
+            format!("req-{i}"),
+            "write_note",
+            Decision::Allow,
+            Outcome::Committed,
+            &args,
+        )
+        .with("note", json!("z".repeat(size)));
+        file.extend_from_slice(&chain.seal(&event, i as u64).line);
+    }
+    for threads in [1, 2] {
+        let threads = NonZeroUsize::new(threads).unwrap();
+        let report =
+            verify::verify_in_blocks(file.as_slice(), Some(chain.head()), threads, 256).unwrap();
+        assert_eq!((report.records, report.broken), (4, None));
+    }
+}
