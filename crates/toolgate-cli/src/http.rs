@@ -172,6 +172,12 @@ pub(crate) async fn serve(
     if args.oidc.given() && !args.console {
         bail!("--oidc-issuer signs people in to the approvals console: it needs --console");
     }
+    if [http::HEALTHZ, http::READYZ].contains(&args.path.as_str()) {
+        bail!(
+            "--path {} is the health probe's path; choose another",
+            args.path
+        );
+    }
     if args.console
         && (args.path == CONSOLE_PATH || args.path.starts_with(&format!("{CONSOLE_PATH}/")))
     {

@@ -333,3 +333,17 @@ fn is_busy(error: &sqlx::Error) -> bool {
         .and_then(|code| code.parse::<i32>().ok())
         .is_some_and(|code| matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED))
 }
+
+/// Whether the database answers now: a read of the file's header (its schema version) through the
+/// pool, which needs a connection, the file and its read lock. For readiness probes; a file
+/// deleted or unreadable under a running server fails here, where `SELECT 1` would not.
+///
+/// # Errors
+/// The database could not answer.
+pub(crate) async fn answers(pool: &SqlitePool) -> Result<(), StoreError> {
+    sqlx::query_scalar::<_, i64>("PRAGMA user_version")
+        .fetch_one(pool)
+        .await
+        .map(drop)
+        .map_err(StoreError::query("the database does not answer"))
+}

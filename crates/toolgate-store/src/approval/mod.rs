@@ -269,6 +269,14 @@ pub struct ApprovalStore {
 }
 
 impl ApprovalStore {
+    /// Whether the database answers now (for a readiness probe).
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn answers(&self) -> Result<(), StoreError> {
+        crate::db::answers(&self.pool).await
+    }
+
     /// The connections, for stores that share this database file.
     pub(crate) fn pool(&self) -> &SqlitePool {
         &self.pool

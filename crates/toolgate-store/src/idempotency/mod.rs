@@ -129,6 +129,14 @@ pub struct IdempotencyStore {
 }
 
 impl IdempotencyStore {
+    /// Whether the database answers now (for a readiness probe).
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn answers(&self) -> Result<(), StoreError> {
+        crate::db::answers(&self.pool).await
+    }
+
     /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with a
     /// connection of its own; [`IdempotencyStore::beside`] shares the approval queue's instead.
     ///

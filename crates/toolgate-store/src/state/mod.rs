@@ -88,6 +88,14 @@ type Stamp = (SystemTime, u64, u64);
 pub const KILLSWITCH_STAMP: &str = "killswitch.stamp";
 
 impl StateStore {
+    /// Whether the database answers now (for a readiness probe).
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn answers(&self) -> Result<(), StoreError> {
+        crate::db::answers(&self.pool).await
+    }
+
     /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with a
     /// connection of its own ([`StateStore::beside`] shares the approval queue's instead), and
     /// creates `dir/killswitch.stamp` if it is missing.

@@ -24,8 +24,10 @@ use toolgate_store::journal::{Durability, Journal, JournalError, Receipt};
 use toolgate_store::state::StateStore;
 
 mod limits;
+mod ready;
 
 pub use limits::RateLimits;
+pub use ready::{Probe, Readiness};
 
 pub use toolgate_core::policy::{ENABLING, enabling};
 

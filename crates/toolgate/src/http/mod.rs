@@ -14,6 +14,10 @@
 //! audit records are about the token's subject. Tokens never go further: the gateway's upstream
 //! connections carry their own credentials.
 //!
+//! Beside the endpoint, behind the `Host` / `Origin` check only: `/healthz` (the process answers)
+//! and `/readyz` (the gate can decide a call now, [`crate::gate::Gate::readiness`]; 503 while
+//! draining), for load balancers, which carry no token.
+//!
 //! Design decision: the front door reads each message before rmcp does (the scope a call needs
 //! depends on the tool it names, and the 403 must be an HTTP answer that the client's OAuth stack
 //! acts on), so two parsers read every request. A body is let through only when it has one
@@ -181,6 +185,10 @@ pub fn router(
     };
     let auth = verifier.map(|verifier| Arc::new(layers::Auth::new(verifier, server.clone())));
     let path = config.path.clone();
+    let probes = Probes {
+        server: server.clone(),
+        shutdown: shutdown.clone(),
+    };
     let mcp = Arc::new(Mcp::new(server, config, shutdown));
 
     // In request order: each layer sees the request before the ones below it.
@@ -202,6 +210,17 @@ pub fn router(
         );
 
     let mut app = axum::Router::new().route(&path, any(dispatch).with_state(mcp).layer(front_door));
+    // Probes answer without a token (a load balancer has none), behind the Host and Origin check.
+    // An MCP endpoint configured at one of their paths keeps it.
+    if path != HEALTHZ {
+        app = app.route(HEALTHZ, get(healthz).layer(headers.clone()));
+    }
+    if path != READYZ {
+        app = app.route(
+            READYZ,
+            get(readyz).with_state(probes).layer(headers.clone()),
+        );
+    }
     if let Some(auth) = auth {
         let metadata = &auth.metadata;
         let document = get(serve_metadata)
@@ -212,6 +231,66 @@ pub fn router(
             .route(&metadata.inserted_path, document);
     }
     app
+}
+
+/// Liveness: the process answers HTTP. Nothing is read; a wedged store is `/readyz`'s to report.
+pub const HEALTHZ: &str = "/healthz";
+/// Readiness: the gate can decide a call now ([`crate::gate::Gate::readiness`]) and the server is
+/// not shutting down.
+pub const READYZ: &str = "/readyz";
+
+/// How long each store has to answer a readiness probe.
+const PROBE_WITHIN: Duration = Duration::from_secs(2);
+
+#[derive(Clone)]
+struct Probes {
+    server: GateServer,
+    shutdown: CancellationToken,
+}
+
+async fn healthz() -> Response {
+    probe_answer(StatusCode::OK, &serde_json::json!({"status": "ok"}))
+}
+
+/// 200 when every check passes, 503 naming each check otherwise (and while the server drains
+/// its open requests after SIGTERM, so that a load balancer stops sending new ones).
+async fn readyz(State(probes): State<Probes>) -> Response {
+    let readiness = probes.server.gate().readiness(PROBE_WITHIN).await;
+    let draining = probes.shutdown.is_cancelled();
+    let mut checks: serde_json::Map<String, serde_json::Value> = readiness
+        .checks
+        .iter()
+        .map(|probe| {
+            let check = serde_json::json!({"ok": probe.ok, "detail": probe.detail});
+            (probe.name.to_owned(), check)
+        })
+        .collect();
+    if draining {
+        let check = serde_json::json!({"ok": false, "detail": "shutting down"});
+        checks.insert("serving".to_owned(), check);
+    }
+    let ready = readiness.ready() && !draining;
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    probe_answer(
+        status,
+        &serde_json::json!({"ready": ready, "checks": checks}),
+    )
+}
+
+fn probe_answer(status: StatusCode, body: &serde_json::Value) -> Response {
+    (
+        status,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, "no-store"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
 }
 
 async fn serve_metadata(State(metadata): State<Arc<challenge::Metadata>>) -> Response {

@@ -1449,3 +1449,50 @@ fn strict_json_has_one_reading_or_none() {
         );
     }
 }
+
+fn probe(path: &str, host: &str) -> Request<Body> {
+    Request::get(path)
+        .header(header::HOST, host)
+        .body(Body::empty())
+        .expect("request")
+}
+
+#[tokio::test]
+async fn probes_answer_without_a_token_and_readiness_names_each_check() {
+    let Parts {
+        server, verifier, ..
+    } = parts().await;
+    let config = HttpConfig::new(RESOURCE).expect("config");
+    let shutdown = CancellationToken::new();
+    let app = router(server, config, Some(verifier), shutdown.clone());
+
+    let (status, _, body) = send(&app, probe("/healthz", "127.0.0.1:7777")).await;
+    assert_eq!(
+        (status, body.as_str()),
+        (StatusCode::OK, r#"{"status":"ok"}"#)
+    );
+    let (status, _, body) = send(&app, probe("/readyz", "127.0.0.1:7777")).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let ready: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["checks"]["audit"]["ok"], true);
+    let policy = Policy::from_bytes(POLICY.as_bytes()).expect("policy");
+    assert_eq!(
+        ready["checks"]["policy"]["detail"],
+        format!("sha256 {}", policy.sha256())
+    );
+
+    // The Host check holds for probes too: a rebound name learns nothing.
+    let (status, _, _) = send(&app, probe("/readyz", "evil.example:7777")).await;
+    assert_ne!(status, StatusCode::OK);
+
+    // Draining after SIGTERM: not ready, so a load balancer sends no new caller; still alive.
+    shutdown.cancel();
+    let (status, _, body) = send(&app, probe("/readyz", "127.0.0.1:7777")).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{body}");
+    let ready: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(ready["ready"], false);
+    assert_eq!(ready["checks"]["serving"]["detail"], "shutting down");
+    let (status, _, _) = send(&app, probe("/healthz", "127.0.0.1:7777")).await;
+    assert_eq!(status, StatusCode::OK);
+}

@@ -698,3 +698,36 @@ fn a_second_host_or_origin_header_is_refused_whatever_their_order() {
     server.stop();
     assert!(scratch.records().is_empty(), "tools/list records nothing");
 }
+
+/// A load balancer's probes, on a real socket: no token needed, every store of the data
+/// directory named and answering, the policy's hash shown, the Host check still in front.
+#[test]
+fn health_and_readiness_probes_answer_without_a_token() {
+    let scratch = Scratch::with_policy_text("helpdesk", &helpdesk_policy());
+    let rsa = Signer::rsa("rsa-1");
+    let server = HttpServer::start(&scratch, Keys::File(&[&rsa]), &[]);
+
+    let alive = server.request("GET", "/healthz", &[], Vec::new());
+    assert_eq!(
+        (alive.status, alive.body.as_str()),
+        (200, r#"{"status":"ok"}"#)
+    );
+    let ready = server.request("GET", "/readyz", &[], Vec::new());
+    assert_eq!(ready.status, 200, "{}", ready.body);
+    let ready: Value = serde_json::from_str(&ready.body).expect("json");
+    assert_eq!(ready["ready"], true, "{ready}");
+    for check in ["policy", "audit", "approvals", "state", "idempotency"] {
+        assert_eq!(ready["checks"][check]["ok"], true, "{check}: {ready}");
+    }
+    let detail = ready["checks"]["policy"]["detail"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        detail.starts_with("sha256 ") && detail.len() == 7 + 64,
+        "{detail}"
+    );
+
+    let rebound = server.request("GET", "/readyz", &[("host", "evil.example")], Vec::new());
+    assert_ne!(rebound.status, 200, "{}", rebound.body);
+    server.stop();
+}
