@@ -389,12 +389,13 @@ fn a_sealed_line_is_the_canonical_encoding_of_its_record_whatever_its_detail() {
     }
 }
 
-/// A sealed chain of `n` records of varied length, as the writer writes them.
-fn chain_of(n: u64) -> Vec<u8> {
+/// A sealed chain, as the writer writes it, of one record per entry of `texts`, each with a `text`
+/// argument of that many characters.
+fn chain_of(texts: impl IntoIterator<Item = usize>) -> Vec<u8> {
     let mut chain = Chain::new(GENESIS.to_owned());
     let mut file = Vec::new();
-    for i in 0..n {
-        let args = json!({"request_id": format!("req-{i}"), "text": "x".repeat((i % 17) as usize)});
+    for (i, text) in (0_u64..).zip(texts) {
+        let args = json!({"request_id": format!("req-{i}"), "text": "x".repeat(text)});
         let event = Event::tool_call(
             format!("req-{i}"),
             "write_note",
@@ -417,7 +418,7 @@ fn lines_of(file: &[u8]) -> Vec<Vec<u8>> {
 fn the_report_is_the_same_for_every_block_size_and_thread_count() {
     use std::num::NonZeroUsize;
 
-    let good = chain_of(200);
+    let good = chain_of((0..200).map(|i| i % 17));
     let lines = lines_of(&good);
     let head = check(&good).head;
     let mut files: Vec<(String, Vec<u8>, Option<u64>)> = vec![
@@ -483,24 +484,11 @@ fn the_report_is_the_same_for_every_block_size_and_thread_count() {
 fn a_line_longer_than_a_block_is_checked_whole() {
     use std::num::NonZeroUsize;
 
-    let mut chain = Chain::new(GENESIS.to_owned());
-    let mut file = Vec::new();
-    for (i, size) in [10_usize, 5000, 10, 20_000].into_iter().enumerate() {
-        let args = json!({"text": "y".repeat(size)});
-        let event = Event::tool_call(
-            format!("req-{i}"),
-            "write_note",
-            Decision::Allow,
-            Outcome::Committed,
-            &args,
-        )
-        .with("note", json!("z".repeat(size)));
-        file.extend_from_slice(&chain.seal(&event, i as u64).line);
-    }
+    let file = chain_of([10, 5000, 10, 20_000]);
+    let head = check(&file).head;
     for threads in [1, 2] {
         let threads = NonZeroUsize::new(threads).unwrap();
-        let report =
-            verify::verify_in_blocks(file.as_slice(), Some(chain.head()), threads, 256).unwrap();
+        let report = verify::verify_in_blocks(file.as_slice(), Some(&head), threads, 256).unwrap();
         assert_eq!((report.records, report.broken), (4, None));
     }
 }
