@@ -62,6 +62,11 @@ pub(crate) struct Args {
     /// held for a person that declared URL-mode elicitation is sent that page.
     #[arg(long, value_name = "URL")]
     console_url: Option<String>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (`PORT` or `HOST:PORT`), on a listener of
+    /// their own: calls by tool, decision and outcome, latencies, the approval queue, the kill
+    /// switch, readiness. They name every served tool: keep ADDR loopback or internal.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics: Option<String>,
 }
 
 impl Args {
@@ -213,7 +218,12 @@ pub(crate) async fn serve(
     data: &Path,
     grace: Duration,
     http: &crate::http::HttpArgs,
+    metrics: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
+    let scraper = match metrics {
+        Some(address) => Some(crate::metrics::start(&gate, address).await?),
+        None => None,
+    };
     let journal = gate.journal().clone();
     let notifier = gate.notifier().cloned();
     let sweeper = toolgate::server::Sweeper::start(&gate);
@@ -226,6 +236,9 @@ pub(crate) async fn serve(
             .context("stdio transport failed")?;
     }
     drop(sweeper);
+    if let Some(scraper) = scraper {
+        scraper.abort();
+    }
     settle(notifier.as_ref(), grace).await;
     let stats = journal.stats();
     tracing::info!(

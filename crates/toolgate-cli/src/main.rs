@@ -15,6 +15,7 @@ mod http;
 mod keys;
 mod killswitch;
 mod logging;
+mod metrics;
 mod pin;
 mod policy;
 mod proxy;

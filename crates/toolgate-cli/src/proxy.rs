@@ -202,7 +202,15 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         head = %gate.journal().head(),
         "toolgate proxy serving"
     );
-    gate::serve(gate, Arc::new(gateway), &args.gate.data, grace, &args.http).await
+    gate::serve(
+        gate,
+        Arc::new(gateway),
+        &args.gate.data,
+        grace,
+        &args.http,
+        args.gate.metrics.as_deref(),
+    )
+    .await
 }
 
 /// The lock to enforce: the one named, else the policy's own if it exists, else none (said

@@ -55,5 +55,13 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         head = %gate.journal().head(),
         "toolgate serving"
     );
-    gate::serve(gate, Arc::from(toolset), &args.gate.data, grace, &args.http).await
+    gate::serve(
+        gate,
+        Arc::from(toolset),
+        &args.gate.data,
+        grace,
+        &args.http,
+        args.gate.metrics.as_deref(),
+    )
+    .await
 }

@@ -23,6 +23,7 @@ mod gateway;
 mod helpdesk;
 mod interop;
 mod jwks_url;
+mod metrics;
 mod tasks;
 mod transport;
 

@@ -109,6 +109,19 @@ impl Decider {
     }
 }
 
+/// Requests by status, as [`ApprovalStore::counts`] reads them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatusCounts {
+    /// Waiting for a person, not yet expired.
+    pub pending: u64,
+    /// Approved.
+    pub approved: u64,
+    /// Denied.
+    pub denied: u64,
+    /// Expired, or pending past their expiry.
+    pub expired: u64,
+}
+
 /// Where an approval is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -625,6 +638,33 @@ impl ApprovalStore {
     /// The database could not answer.
     pub async fn expire_due(&self, now: i64) -> Result<u64, StoreError> {
         expire(&self.pool, now).await
+    }
+
+    /// How many requests are in each status at `now`, for metrics: a pending row past its expiry
+    /// counts as expired, as every decision would treat it. Reads only (a scrape changes nothing).
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn counts(&self, now: i64) -> Result<StatusCounts, StoreError> {
+        let rows: Vec<(String, bool, i64)> = sqlx::query_as(
+            "SELECT status, status = 'pending' AND expires_at <= ?1, count(*) FROM approvals \
+             GROUP BY 1, 2",
+        )
+        .bind(now)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(StoreError::query("cannot count the approval requests"))?;
+        let mut counts = StatusCounts::default();
+        for (status, due, n) in rows {
+            let n = u64::try_from(n).unwrap_or(0);
+            match (status.as_str(), due) {
+                ("pending", false) => counts.pending += n,
+                ("pending", true) | ("expired", _) => counts.expired += n,
+                ("approved", _) => counts.approved += n,
+                _ => counts.denied += n,
+            }
+        }
+        Ok(counts)
     }
 
     /// The most recently requested row for this fingerprint, any status, after expiring due rows.

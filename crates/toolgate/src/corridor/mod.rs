@@ -203,12 +203,14 @@ impl<'a> Corridor<'a> {
     /// Walks `call` through every step, records its answer and gives it its wire form, with what
     /// kind of answer it was, the tier it was decided at and the approval it involved.
     pub(crate) async fn call_for_outcome(&self, mut call: CallState<'_>) -> Outcome {
+        let arrived = std::time::Instant::now();
         let answer = match self.walk(&mut call).await {
             ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
         };
         let answer = self.audit(&call, answer).await;
         let answer = self.verify(&mut call, answer).await;
         let kind = answer.kind();
+        self.count(&call, kind, arrived.elapsed());
         let rule = answer.rule().unwrap_or_else(|| call.rule()).to_owned();
         let approval_id = match &answer {
             Answer::Pending(pending) => Some(pending.approval_id.clone()),
@@ -232,6 +234,19 @@ impl<'a> Corridor<'a> {
             verify: call.verify.take(),
             response: wire,
         }
+    }
+
+    /// Counts the call's answer for metrics, under its tool's name only if the toolset has that
+    /// tool (any other name is the caller's invention, and would grow the series without bound).
+    fn count(&self, call: &CallState<'_>, kind: answer::Kind, took: Duration) {
+        let known = self.catalog.has(call.name) || self.catalog.withheld(call.name).is_some();
+        let tool = if known {
+            call.name
+        } else {
+            crate::gate::UNKNOWN_TOOL
+        };
+        let (decision, outcome) = kind.audit();
+        self.gate.metrics().call(tool, decision, outcome, took);
     }
 
     /// The steps, in DESIGN.md §1's order.

@@ -24,9 +24,12 @@ use toolgate_store::journal::{Durability, Journal, JournalError, Receipt};
 use toolgate_store::state::StateStore;
 
 mod limits;
+mod metrics;
 mod ready;
 
 pub use limits::RateLimits;
+pub use metrics::Metrics;
+pub(crate) use metrics::UNKNOWN_TOOL;
 pub use ready::{Probe, Readiness};
 
 pub use toolgate_core::policy::{ENABLING, enabling};
@@ -72,6 +75,8 @@ pub struct Gate {
     limits: Arc<RateLimits>,
     /// Postcondition decisions per tool since start, shared by every caller of this gate.
     verifies: Arc<Mutex<BTreeMap<(String, Check), u64>>>,
+    /// Calls and audit appends counted since start, shared by every caller of this gate.
+    metrics: Arc<Metrics>,
     /// Announces new approval requests; shared by every caller of this gate.
     #[cfg(feature = "notify")]
     notifier: Option<crate::notify::Notifier>,
@@ -95,6 +100,7 @@ impl Gate {
             owner: Arc::from(toolgate_store::idempotency::boot_id()),
             limits: Arc::default(),
             verifies: Arc::default(),
+            metrics: Arc::default(),
             #[cfg(feature = "notify")]
             notifier: None,
             console: None,
@@ -405,7 +411,10 @@ impl Gate {
     /// can bring it back.
     #[must_use = "an unrecorded decision must not be answered as if it were recorded"]
     pub async fn record(&self, event: Event) -> Result<Receipt, AuditUnavailable> {
-        self.journal.record(event).await.map_err(|error| {
+        let start = std::time::Instant::now();
+        let recorded = self.journal.record(event).await;
+        self.metrics.audit_append(start.elapsed());
+        recorded.map_err(|error| {
             // The failure itself was logged once, at error, by the journal's writer; every
             // refusal after it would only repeat that line.
             if matches!(error, JournalError::Poisoned) {
@@ -415,6 +424,11 @@ impl Gate {
             }
             AuditUnavailable::from(&error)
         })
+    }
+
+    /// The counters this gate (and every clone of it) keeps.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
     }
 
     /// Whether the audit journal can still take records: after a failed write or sync it refuses

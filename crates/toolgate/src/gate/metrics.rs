@@ -1,0 +1,222 @@
+//! What the gate counts for Prometheus: every call's answer by tool, decision and outcome, how long
+//! calls and audit appends take, and, read when scraped, the approval queue, the kill switch, the
+//! journal and readiness. Rendered in the Prometheus text format (version 0.0.4) by
+//! [`Gate::metrics_text`]; the CLI serves it on an opt-in local port (`--metrics ADDR`).
+//!
+//! Design decisions: counted in the gate, shared by every clone of it (as the rate limits are), so
+//! kit servers, the gateway and the agent count the same way; one lock per call, taken after the
+//! answer is recorded and held for a map update only. A tool label is only ever a tool of the
+//! catalog: any other name a caller sent is counted as `(unknown)`, so a caller cannot grow the
+//! series without bound, and a hidden tool's name never reaches a scrape unless it is served.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use toolgate_core::audit::{Decision, Outcome};
+
+use super::Gate;
+
+/// Upper bounds of the latency buckets, in seconds (a call through the gate takes from tens of
+/// microseconds to the seconds an upstream or a person takes).
+const BOUNDS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 5.0, 30.0,
+];
+
+/// The label of a call to a tool that is not in the catalog.
+pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
+
+/// Counters since start; cheap to share.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    calls: Mutex<BTreeMap<(String, &'static str, &'static str), u64>>,
+    durations: Mutex<BTreeMap<String, Histogram>>,
+    audit_append: Mutex<Histogram>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Histogram {
+    /// Observations at or under each of [`BOUNDS`] (not cumulative; summed when rendered).
+    buckets: [u64; BOUNDS.len()],
+    count: u64,
+    sum: f64,
+}
+
+impl Histogram {
+    fn observe(&mut self, took: Duration) {
+        let seconds = took.as_secs_f64();
+        if let Some(i) = BOUNDS.iter().position(|&bound| seconds <= bound) {
+            self.buckets[i] += 1;
+        }
+        self.count += 1;
+        self.sum += seconds;
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (bound, n) in BOUNDS.iter().zip(self.buckets) {
+            cumulative += n;
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{bound}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}",
+            self.count
+        );
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {}", self.sum);
+        let _ = writeln!(out, "{name}_count{{{labels}}} {}", self.count);
+    }
+}
+
+impl Metrics {
+    /// One call answered: its tool (a catalog name, or [`UNKNOWN_TOOL`]), what was decided, its
+    /// outcome, and how long the corridor took from the call's arrival to its answer.
+    pub(crate) fn call(&self, tool: &str, decision: Decision, outcome: Outcome, took: Duration) {
+        let key = (tool.to_owned(), decision.as_str(), outcome.as_str());
+        *crate::lock(&self.calls).entry(key).or_default() += 1;
+        crate::lock(&self.durations)
+            .entry(tool.to_owned())
+            .or_default()
+            .observe(took);
+    }
+
+    /// One audit record appended (durably, under the journal's durability), and how long it took.
+    pub(crate) fn audit_append(&self, took: Duration) {
+        crate::lock(&self.audit_append).observe(took);
+    }
+
+    fn render_counted(&self, out: &mut String) {
+        header(
+            out,
+            "toolgate_calls_total",
+            "counter",
+            "Tool calls answered, by tool, decision and outcome.",
+        );
+        for ((tool, decision, outcome), n) in crate::lock(&self.calls).iter() {
+            let _ = writeln!(
+                out,
+                "toolgate_calls_total{{tool=\"{}\",decision=\"{decision}\",outcome=\"{outcome}\"}} {n}",
+                escape(tool)
+            );
+        }
+        header(
+            out,
+            "toolgate_call_duration_seconds",
+            "histogram",
+            "Time from a call's arrival to its answer, through every step of the gate.",
+        );
+        for (tool, histogram) in crate::lock(&self.durations).iter() {
+            let labels = format!("tool=\"{}\"", escape(tool));
+            histogram.render(out, "toolgate_call_duration_seconds", &labels);
+        }
+        header(
+            out,
+            "toolgate_audit_append_seconds",
+            "histogram",
+            "Time to append one audit record, written as the journal's durability says.",
+        );
+        let audit = crate::lock(&self.audit_append).clone();
+        audit.render(out, "toolgate_audit_append_seconds", "");
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A label value as the text format spells it.
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+impl Gate {
+    /// The counters since start and, read now, the approval queue, the kill switch, the journal
+    /// and readiness, in the Prometheus text format. A store that cannot answer leaves its series
+    /// out (and `toolgate_ready` at 0); it never reports a zero it did not read.
+    pub async fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        self.metrics.render_counted(&mut out);
+
+        let stats = self.journal.stats();
+        header(
+            &mut out,
+            "toolgate_audit_records_total",
+            "counter",
+            "Audit records committed since start.",
+        );
+        let _ = writeln!(out, "toolgate_audit_records_total {}", stats.records);
+        header(
+            &mut out,
+            "toolgate_audit_syncs_total",
+            "counter",
+            "fdatasync calls of the journal since start.",
+        );
+        let _ = writeln!(out, "toolgate_audit_syncs_total {}", stats.syncs);
+
+        if let Some(approvals) = &self.approvals {
+            let now = toolgate_core::time::now_ms();
+            match approvals.counts(now).await {
+                Ok(counts) => {
+                    header(
+                        &mut out,
+                        "toolgate_approvals",
+                        "gauge",
+                        "Approval requests in the queue, by status (pending past expiry counts as expired).",
+                    );
+                    for (status, n) in [
+                        ("pending", counts.pending),
+                        ("approved", counts.approved),
+                        ("denied", counts.denied),
+                        ("expired", counts.expired),
+                    ] {
+                        let _ = writeln!(out, "toolgate_approvals{{status=\"{status}\"}} {n}");
+                    }
+                }
+                Err(error) => tracing::warn!(error = %error, "metrics: approvals not counted"),
+            }
+        }
+        if let Some(state) = &self.state {
+            match state.killswitch_on().await {
+                Ok(on) => {
+                    header(
+                        &mut out,
+                        "toolgate_killswitch_on",
+                        "gauge",
+                        "1 while the kill switch for every caller is on.",
+                    );
+                    let _ = writeln!(out, "toolgate_killswitch_on {}", u8::from(on));
+                }
+                Err(error) => tracing::warn!(error = %error, "metrics: kill switch not read"),
+            }
+        }
+        let ready = self.readiness(Duration::from_secs(2)).await.ready();
+        header(
+            &mut out,
+            "toolgate_ready",
+            "gauge",
+            "1 when the gate can decide a call now (see /readyz).",
+        );
+        let _ = writeln!(out, "toolgate_ready {}", u8::from(ready));
+        header(
+            &mut out,
+            "toolgate_policy_info",
+            "gauge",
+            "The policy in force, by its SHA-256.",
+        );
+        let _ = writeln!(
+            out,
+            "toolgate_policy_info{{sha256=\"{}\"}} 1",
+            self.policy.sha256()
+        );
+        out
+    }
+}
