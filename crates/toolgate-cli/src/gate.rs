@@ -215,12 +215,11 @@ fn read_secret(file: &Path, what: &str) -> anyhow::Result<Secret> {
 pub(crate) async fn serve(
     gate: Gate,
     toolset: Arc<dyn toolset::Toolset>,
-    data: &Path,
-    grace: Duration,
+    args: &Args,
     http: &crate::http::HttpArgs,
-    metrics: Option<&str>,
 ) -> anyhow::Result<ExitCode> {
-    let scraper = match metrics {
+    let (data, grace) = (args.data.as_path(), args.grace()?);
+    let scraper = match args.metrics.as_deref() {
         Some(address) => Some(crate::metrics::start(&gate, address).await?),
         None => None,
     };

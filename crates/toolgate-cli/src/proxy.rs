@@ -179,7 +179,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let policy = load_policy(&args.gate.policy)?;
     let specs = args.upstreams.specs()?;
     let lock = lock_for(&args.gate.policy, args.lock.as_deref())?;
-    let grace = args.gate.grace()?;
+    // A bad --grace fails here, before anything is opened.
+    args.gate.grace()?;
     let policy_sha256 = policy.sha256().to_owned();
     let durability = match args.audit {
         AuditMode::Synced => Durability::Synced,
@@ -202,15 +203,7 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         head = %gate.journal().head(),
         "toolgate proxy serving"
     );
-    gate::serve(
-        gate,
-        Arc::new(gateway),
-        &args.gate.data,
-        grace,
-        &args.http,
-        args.gate.metrics.as_deref(),
-    )
-    .await
+    gate::serve(gate, Arc::new(gateway), &args.gate, &args.http).await
 }
 
 /// The lock to enforce: the one named, else the policy's own if it exists, else none (said

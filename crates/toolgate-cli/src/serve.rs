@@ -45,7 +45,8 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     drop((probe, scratch));
     let toolset = demos::by_name(&args.toolset, &args.gate.data, &options)?;
-    let grace = args.gate.grace()?;
+    // A bad --grace fails here, before anything is opened.
+    args.gate.grace()?;
     let policy_sha256 = policy.sha256().to_owned();
     let gate = gate::open(&args.gate, policy, Durability::Synced, []).await?;
     tracing::info!(
@@ -55,13 +56,5 @@ pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
         head = %gate.journal().head(),
         "toolgate serving"
     );
-    gate::serve(
-        gate,
-        Arc::from(toolset),
-        &args.gate.data,
-        grace,
-        &args.http,
-        args.gate.metrics.as_deref(),
-    )
-    .await
+    gate::serve(gate, Arc::from(toolset), &args.gate, &args.http).await
 }
