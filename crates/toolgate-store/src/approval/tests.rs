@@ -782,3 +782,32 @@ async fn decided_lists_ended_rows_newest_first_and_filters_by_tool_and_requester
         Status::Pending
     );
 }
+
+#[tokio::test]
+async fn counts_read_each_status_and_count_a_due_pending_row_as_expired_without_writing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = ApprovalStore::open(dir.path()).await.unwrap();
+    assert_eq!(store.counts(T0).await.unwrap(), StatusCounts::default());
+    approved(&store, "fp-approved").await;
+    let denied = pending(&store, "fp-denied").await;
+    store
+        .decide(&denied.id, "human:alice", Verdict::Deny, Some("no"), T0 + 1)
+        .await
+        .unwrap();
+    let waiting = pending(&store, "fp-waiting").await;
+    let counts = store.counts(T0 + 2).await.unwrap();
+    assert_eq!(
+        (
+            counts.pending,
+            counts.approved,
+            counts.denied,
+            counts.expired
+        ),
+        (1, 1, 1, 0)
+    );
+    // Past its expiry the waiting row counts as expired, and the count wrote nothing.
+    let counts = store.counts(T0 + TTL + 1).await.unwrap();
+    assert_eq!((counts.pending, counts.expired), (0, 1));
+    let row = store.get(&waiting.id, T0 + 2).await.unwrap().unwrap();
+    assert_eq!(row.status, Status::Pending);
+}

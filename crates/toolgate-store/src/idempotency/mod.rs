@@ -328,6 +328,29 @@ impl IdempotencyStore {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Keys without a recorded outcome, for metrics: `(in flight under owner, in doubt)`, where in
+    /// doubt counts the rows marked so and the rows in flight under another owner (cut off by a
+    /// crash), as [`IdempotencyStore::unresolved`] lists them. Reads only the unresolved rows (an
+    /// index), never the finished ones, however many there are.
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn unresolved_counts(&self, owner: &str) -> Result<(u64, u64), StoreError> {
+        let (running, doubt): (i64, i64) = sqlx::query_as(
+            "SELECT coalesce(sum(state = 'in_flight' AND owner = ?1), 0),
+                    coalesce(sum(state = 'in_doubt' OR (state = 'in_flight' AND owner <> ?1)), 0)
+             FROM idempotency WHERE state <> 'done'",
+        )
+        .bind(owner)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(StoreError::query(
+            "cannot count unresolved idempotency keys",
+        ))?;
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        Ok((count(running), count(doubt)))
+    }
+
     /// Keys whose outcome nobody recorded, for an operator to check upstream: rows in doubt, and
     /// rows in flight under an owner other than `owner`, oldest claim first.
     ///

@@ -653,3 +653,27 @@ fn the_boot_id_is_one_per_process_and_random_looking() {
     assert!(hex.bytes().all(|b| b.is_ascii_hexdigit()), "{id}");
     assert_ne!(&hex[..16], &hex[16..], "{id}");
 }
+
+#[tokio::test]
+async fn unresolved_counts_tell_running_keys_from_those_in_doubt() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = IdempotencyStore::open(dir.path()).await.unwrap();
+    assert_eq!(store.unresolved_counts(A).await.unwrap(), (0, 0));
+    for (k, owner) in [("running", A), ("marked", A), ("done", A), ("cut-off", B)] {
+        assert_eq!(
+            store.claim(key(k), DIGEST, owner, false, T0).await.unwrap(),
+            Claim::Claimed
+        );
+    }
+    assert!(store.mark_in_doubt(key("marked"), A, T0 + 1).await.unwrap());
+    assert!(
+        store
+            .complete(key("done"), A, &json!({"ok": 1}), T0 + 1)
+            .await
+            .unwrap()
+    );
+    // Ours running; the one marked and the one a dead run left in flight are in doubt.
+    assert_eq!(store.unresolved_counts(A).await.unwrap(), (1, 2));
+    // Seen from B's run: its own row is running, A's in-flight row is in doubt.
+    assert_eq!(store.unresolved_counts(B).await.unwrap(), (1, 2));
+}

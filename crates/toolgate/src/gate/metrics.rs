@@ -1,6 +1,6 @@
 //! What the gate counts for Prometheus: every call's answer by tool, decision and outcome, how long
-//! calls and audit appends take, and, read when scraped, the approval queue, the kill switch, the
-//! journal and readiness. Rendered in the Prometheus text format (version 0.0.4) by
+//! calls and audit appends take, and, read when scraped, the approval queue, unresolved idempotency
+//! keys, the kill switch, the journal and readiness. Rendered in the Prometheus text format (version 0.0.4) by
 //! [`Gate::metrics_text`]; the CLI serves it on an opt-in local port (`--metrics ADDR`).
 //!
 //! Design decisions: counted in the gate, shared by every clone of it (as the rate limits are), so
@@ -182,6 +182,29 @@ impl Gate {
                     }
                 }
                 Err(error) => tracing::warn!(error = %error, "metrics: approvals not counted"),
+            }
+        }
+        if let Some(keys) = &self.idempotency {
+            match keys.unresolved_counts(&self.owner).await {
+                Ok((running, doubt)) => {
+                    header(
+                        &mut out,
+                        "toolgate_idempotency_keys",
+                        "gauge",
+                        "Idempotency keys without an outcome: in flight in this process, or in doubt (marked so, or cut off by a crash) for an operator to check.",
+                    );
+                    let _ = writeln!(
+                        out,
+                        "toolgate_idempotency_keys{{state=\"in_flight\"}} {running}"
+                    );
+                    let _ = writeln!(
+                        out,
+                        "toolgate_idempotency_keys{{state=\"in_doubt\"}} {doubt}"
+                    );
+                }
+                Err(error) => {
+                    tracing::warn!(error = %error, "metrics: idempotency keys not counted")
+                }
             }
         }
         if let Some(state) = &self.state {

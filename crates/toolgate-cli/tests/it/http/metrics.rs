@@ -122,6 +122,13 @@ fn metrics_count_each_call_by_tool_decision_and_outcome_and_parse_as_prometheus(
         sample(&samples, "toolgate_killswitch_on", &json!({})),
         Some(0.0)
     );
+    let in_doubt = json!({"state": "in_doubt"});
+    assert_eq!(
+        sample(&samples, "toolgate_idempotency_keys", &in_doubt),
+        Some(0.0),
+        "{}",
+        scrape.body
+    );
 
     // A page reached through DNS rebinding names another host: refused.
     let rebound = server
