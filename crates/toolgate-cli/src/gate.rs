@@ -220,7 +220,7 @@ pub(crate) async fn serve(
 ) -> anyhow::Result<ExitCode> {
     let (data, grace) = (args.data.as_path(), args.grace()?);
     let scraper = match args.metrics.as_deref() {
-        Some(address) => Some(crate::metrics::start(&gate, address).await?),
+        Some(address) => Some(crate::metrics::start(&gate, &toolset, address).await?),
         None => None,
     };
     let journal = gate.journal().clone();

@@ -1,5 +1,6 @@
-//! `--metrics ADDR`: the gate's Prometheus metrics (`Gate::metrics_text`) on a listener of their
-//! own, for `serve` and `proxy` on stdio and HTTP alike.
+//! `--metrics ADDR`: the gate's Prometheus metrics (`Gate::metrics_text`, and for `proxy` each
+//! upstream's connection) on a listener of their own, for `serve` and `proxy` on stdio and HTTP
+//! alike.
 //!
 //! Design decision: a separate, opt-in port rather than a path on the MCP endpoint. The metrics
 //! name every served tool and count every caller's calls; an MCP endpoint may face the internet
@@ -7,17 +8,23 @@
 //! listener accepts only a `Host` naming the address it is bound to (or `localhost` on loopback),
 //! so a web page cannot read it through DNS rebinding.
 
+use std::sync::Arc;
+
 use anyhow::Context as _;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use toolgate::gate::upstream_series;
 use toolgate::server::Gate;
+use toolgate::toolset::Toolset;
 
 #[derive(Clone)]
 struct Scrape {
     gate: Gate,
-    hosts: std::sync::Arc<Vec<String>>,
+    /// What the gate serves: the gateway's upstreams are its to report.
+    toolset: Arc<dyn Toolset>,
+    hosts: Arc<Vec<String>>,
 }
 
 /// Starts serving `/metrics` on `address` (`PORT` or `HOST:PORT`); the task ends when dropped
@@ -27,6 +34,7 @@ struct Scrape {
 /// The address does not parse or cannot be bound.
 pub(crate) async fn start(
     gate: &Gate,
+    toolset: &Arc<dyn Toolset>,
     address: &str,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let addr = crate::http::parse_address(address).context("--metrics")?;
@@ -39,7 +47,8 @@ pub(crate) async fn start(
         .route("/metrics", get(scrape))
         .with_state(Scrape {
             gate: gate.clone(),
-            hosts: std::sync::Arc::new(hosts),
+            toolset: Arc::clone(toolset),
+            hosts: Arc::new(hosts),
         });
     tracing::info!(address = %bound, "toolgate serving metrics");
     Ok(tokio::spawn(async move {
@@ -65,7 +74,7 @@ async fn scrape(State(scrape): State<Scrape>, headers: HeaderMap) -> Response {
             ),
             (header::CACHE_CONTROL, "no-store"),
         ],
-        scrape.gate.metrics_text().await,
+        scrape.gate.metrics_text().await + &upstream_series(&scrape.toolset.upstreams()),
     )
         .into_response()
 }

@@ -15,6 +15,7 @@ mod eras;
 mod filesystem;
 mod http;
 mod interop;
+mod metrics;
 mod once;
 mod passthrough;
 mod pins;

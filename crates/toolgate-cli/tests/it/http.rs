@@ -23,7 +23,7 @@ mod gateway;
 mod helpdesk;
 mod interop;
 mod jwks_url;
-mod metrics;
+pub(crate) mod metrics;
 mod tasks;
 mod transport;
 

@@ -125,6 +125,31 @@ impl Metrics {
     }
 }
 
+/// The series of the upstreams a gateway forwards to, given as names and whether each is
+/// connected now (the toolset knows them; this module only spells them).
+#[must_use]
+pub fn upstream_series(upstreams: &[(String, bool)]) -> String {
+    let mut out = String::new();
+    if upstreams.is_empty() {
+        return out;
+    }
+    header(
+        &mut out,
+        "toolgate_upstream_up",
+        "gauge",
+        "1 while the gateway is connected to the upstream.",
+    );
+    for (name, up) in upstreams {
+        let _ = writeln!(
+            out,
+            "toolgate_upstream_up{{upstream=\"{}\"}} {}",
+            escape(name),
+            u8::from(*up)
+        );
+    }
+    out
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");

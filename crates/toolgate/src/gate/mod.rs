@@ -28,8 +28,8 @@ mod metrics;
 mod ready;
 
 pub use limits::RateLimits;
-pub use metrics::Metrics;
 pub(crate) use metrics::UNKNOWN_TOOL;
+pub use metrics::{Metrics, upstream_series};
 pub use ready::{Probe, Readiness};
 
 pub use toolgate_core::policy::{ENABLING, enabling};

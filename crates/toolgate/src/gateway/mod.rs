@@ -339,6 +339,14 @@ impl Toolset for Gateway {
         Some(self)
     }
 
+    fn upstreams(&self) -> Vec<(String, bool)> {
+        let upstreams = &self.inner.upstreams;
+        upstreams
+            .iter()
+            .map(|upstream| (upstream.name().to_owned(), upstream.connected()))
+            .collect()
+    }
+
     fn changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
         Some(self.inner.version.subscribe())
     }

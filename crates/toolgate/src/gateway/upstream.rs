@@ -118,6 +118,12 @@ impl Upstream {
         Arc::clone(&self.tools.read().unwrap_or_else(PoisonError::into_inner))
     }
 
+    /// Whether it is connected now.
+    #[must_use]
+    pub fn connected(&self) -> bool {
+        lock(&self.peer).is_some()
+    }
+
     /// The live connection, or why there is none.
     pub(super) fn peer(&self) -> Result<Peer<RoleClient>, PassError> {
         lock(&self.peer)

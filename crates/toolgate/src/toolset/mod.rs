@@ -211,6 +211,12 @@ pub trait Toolset: Debug + Send + Sync + 'static {
     fn passthrough(&self) -> Option<&dyn Passthrough> {
         None
     }
+
+    /// The servers this toolset forwards calls to (the gateway's upstreams), each with whether it
+    /// is connected now, for metrics; empty for tools that run here.
+    fn upstreams(&self) -> Vec<(String, bool)> {
+        Vec::new()
+    }
 }
 
 /// A boxed future of a pass-through request; the error is what the client gets (an upstream's own

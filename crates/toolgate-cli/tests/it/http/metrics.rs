@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::{HttpServer, Keys, Scratch, Signer, claims, helpdesk_policy};
 
 /// The samples of a scrape, as the Prometheus client's parser reads them.
-fn parse(exposition: &str) -> Vec<Value> {
+pub(crate) fn parse(exposition: &str) -> Vec<Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/metrics/parse.py");
     let mut child = Command::new("python3")
         .arg(script)
@@ -34,7 +34,7 @@ fn parse(exposition: &str) -> Vec<Value> {
 }
 
 /// The value of the one sample named `name` whose labels include `labels`.
-fn sample(samples: &[Value], name: &str, labels: &Value) -> Option<f64> {
+pub(crate) fn sample(samples: &[Value], name: &str, labels: &Value) -> Option<f64> {
     let wanted = labels.as_object().expect("labels");
     samples
         .iter()
