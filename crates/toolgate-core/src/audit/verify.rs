@@ -159,7 +159,8 @@ fn parallel<R: BufRead>(
         for _ in 0..threads {
             scope.spawn(|| {
                 loop {
-                    // The lock is held only to take a job, never while checking one.
+                    // The lock is held while waiting for a job and taking it, never while
+                    // checking one.
                     let job = queue
                         .lock()
                         .unwrap_or_else(std::sync::PoisonError::into_inner)
