@@ -45,6 +45,7 @@ pub use answer::Answer;
 pub(crate) use clean::{clean_tool_result, redact_prompt, redact_resource};
 pub use verify::Verify;
 
+use crate::gate::Laps;
 use crate::toolset::{Caller, Catalog, Toolset};
 
 /// What the steps pass on: a step ends the call with an answer (`Break`) or lets it go on.
@@ -204,11 +205,12 @@ impl<'a> Corridor<'a> {
     /// kind of answer it was, the tier it was decided at and the approval it involved.
     pub(crate) async fn call_for_outcome(&self, mut call: CallState<'_>) -> Outcome {
         let arrived = std::time::Instant::now();
-        let answer = match self.walk(&mut call).await {
+        let mut laps = self.gate.metrics().laps();
+        let answer = match self.walk(&mut call, &mut laps).await {
             ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
         };
-        let answer = self.audit(&call, answer).await;
-        let answer = self.verify(&mut call, answer).await;
+        let answer = laps.time("audit", self.audit(&call, answer).await);
+        let answer = laps.time("verify", self.verify(&mut call, answer).await);
         let kind = answer.kind();
         self.count(&call, kind, arrived.elapsed());
         let rule = answer.rule().unwrap_or_else(|| call.rule()).to_owned();
@@ -249,18 +251,23 @@ impl<'a> Corridor<'a> {
         self.gate.metrics().call(tool, decision, outcome, took);
     }
 
-    /// The steps, in DESIGN.md §1's order.
-    async fn walk(&self, call: &mut CallState<'_>) -> Flow<Answer<CallToolResult>> {
-        self.kill_switch(call).await?;
-        self.visibility(call)?;
-        self.rate_limit(call)?;
-        self.schema(call)?;
-        self.decide(call).await?;
-        self.approve(call).await?;
-        self.claim(call).await?;
-        let answer = self.run(call).await;
+    /// The steps, in DESIGN.md §1's order, each timed for metrics (the step a call ends at too).
+    async fn walk(
+        &self,
+        call: &mut CallState<'_>,
+        laps: &mut Laps<'_>,
+    ) -> Flow<Answer<CallToolResult>> {
+        laps.time("kill_switch", self.kill_switch(call).await)?;
+        laps.time("visibility", self.visibility(call))?;
+        laps.time("rate_limit", self.rate_limit(call))?;
+        laps.time("schema", self.schema(call))?;
+        laps.time("decide", self.decide(call).await)?;
+        laps.time("approve", self.approve(call).await)?;
+        laps.time("claim", self.claim(call).await)?;
+        let answer = laps.time("run", self.run(call).await);
         self.settle(call, &answer).await;
-        ControlFlow::Continue(self.clean(call, answer))
+        laps.lap("settle");
+        ControlFlow::Continue(laps.time("clean", self.clean(call, answer)))
     }
 
     /// The call's one outcome record, written before the answer leaves. A tool that writes its

@@ -222,7 +222,8 @@ impl Corridor<'_> {
         nested.nested = true;
         nested.label.clone_from(&call.label);
         nested.detail.push(("verify_of", Value::from(call.name)));
-        let answer = match corridor.walk(&mut nested).await {
+        let mut laps = self.gate.metrics().laps();
+        let answer = match corridor.walk(&mut nested, &mut laps).await {
             ControlFlow::Break(answer) | ControlFlow::Continue(answer) => answer,
         };
         let answer = corridor.audit(&nested, answer).await;

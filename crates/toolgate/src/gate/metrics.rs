@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use toolgate_core::audit::{Decision, Outcome};
 
@@ -32,7 +32,35 @@ pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
 pub struct Metrics {
     calls: Mutex<BTreeMap<(String, &'static str, &'static str), u64>>,
     durations: Mutex<BTreeMap<String, Histogram>>,
+    /// Per corridor step, whatever the tool (steps are few and fixed).
+    steps: Mutex<BTreeMap<&'static str, Histogram>>,
     audit_append: Mutex<Histogram>,
+}
+
+/// Times the corridor's steps one after another: each [`Laps::time`] records the time since the
+/// previous one (or since the laps began) under its step's name.
+pub(crate) struct Laps<'m> {
+    metrics: &'m Metrics,
+    last: Instant,
+}
+
+impl Laps<'_> {
+    /// Records `step` as taking the time since the last lap, and hands `value` (what the step
+    /// returned, evaluated before this call) back.
+    pub(crate) fn time<T>(&mut self, step: &'static str, value: T) -> T {
+        self.lap(step);
+        value
+    }
+
+    /// Records `step` as taking the time since the last lap (a step that returns nothing).
+    pub(crate) fn lap(&mut self, step: &'static str) {
+        let now = Instant::now();
+        crate::lock(&self.metrics.steps)
+            .entry(step)
+            .or_default()
+            .observe(now.duration_since(self.last));
+        self.last = now;
+    }
 }
 
 #[derive(Clone, Debug, Default)]
@@ -90,6 +118,14 @@ impl Metrics {
             .observe(took);
     }
 
+    /// Laps for one call's steps, starting now.
+    pub(crate) fn laps(&self) -> Laps<'_> {
+        Laps {
+            metrics: self,
+            last: Instant::now(),
+        }
+    }
+
     /// One audit record appended (durably, under the journal's durability), and how long it took.
     pub(crate) fn audit_append(&self, took: Duration) {
         crate::lock(&self.audit_append).observe(took);
@@ -118,6 +154,19 @@ impl Metrics {
         for (tool, histogram) in crate::lock(&self.durations).iter() {
             let labels = format!("tool=\"{}\"", escape(tool));
             histogram.render(out, "toolgate_call_duration_seconds", &labels);
+        }
+        header(
+            out,
+            "toolgate_step_duration_seconds",
+            "histogram",
+            "Time each step of the gate took (kill_switch, visibility, rate_limit, schema, decide, approve, claim, run, settle, clean, audit, verify); a call that ends at a step is timed up to it.",
+        );
+        for (step, histogram) in crate::lock(&self.steps).iter() {
+            histogram.render(
+                out,
+                "toolgate_step_duration_seconds",
+                &format!("step=\"{step}\""),
+            );
         }
         header(
             out,

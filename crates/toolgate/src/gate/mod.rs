@@ -28,7 +28,7 @@ mod metrics;
 mod ready;
 
 pub use limits::RateLimits;
-pub(crate) use metrics::UNKNOWN_TOOL;
+pub(crate) use metrics::{Laps, UNKNOWN_TOOL};
 pub use metrics::{Metrics, upstream_series};
 pub use ready::{Probe, Readiness};
 

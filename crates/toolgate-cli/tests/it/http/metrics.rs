@@ -107,6 +107,18 @@ fn metrics_count_each_call_by_tool_decision_and_outcome_and_parse_as_prometheus(
         &json!({"tool": "get_ticket"}),
     );
     assert_eq!(timed, Some(2.0), "{}", scrape.body);
+    // Every step a call walked is timed; a call that ends at a step is timed up to it.
+    let steps = |step: &str| {
+        sample(
+            &samples,
+            "toolgate_step_duration_seconds_count",
+            &json!({ "step": step }),
+        )
+    };
+    assert_eq!(steps("kill_switch"), Some(3.0), "{}", scrape.body);
+    assert_eq!(steps("visibility"), Some(3.0), "{}", scrape.body);
+    assert_eq!(steps("run"), Some(2.0), "{}", scrape.body);
+    assert_eq!(steps("audit"), Some(3.0), "{}", scrape.body);
     let appended = sample(&samples, "toolgate_audit_append_seconds_count", &json!({}));
     assert!(appended.is_some_and(|n| n >= 3.0), "{}", scrape.body);
     assert_eq!(sample(&samples, "toolgate_ready", &json!({})), Some(1.0));
