@@ -1,4 +1,4 @@
-//! The error of the SQLite stores: the approval queue, the kill switch and budgets, and the
+//! The error of the stores: the approval queue, the kill switch and budgets, and the
 //! idempotency keys, and of [`crate::db`], which opens the database they share.
 //!
 //! In a file of its own, at the crate's root, because every one of those modules returns it: kept
@@ -44,6 +44,35 @@ pub enum StoreError {
         found: i64,
         /// The newest `user_version` this build knows.
         supported: i64,
+    },
+    /// The PostgreSQL server could not be reached, refused the login, or could not be migrated.
+    #[error("cannot use the database {database}")]
+    Connect {
+        /// The database's URL, without its password.
+        database: String,
+        /// What the server or the driver said.
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The PostgreSQL database was migrated by a newer toolgate. Nothing was changed.
+    #[error(
+        "the database {database} has schema version {found}, newer than this toolgate \
+         understands ({supported}); upgrade toolgate"
+    )]
+    DatabaseTooNew {
+        /// The database's URL, without its password.
+        database: String,
+        /// The version recorded in it.
+        found: i64,
+        /// The newest version this build knows.
+        supported: i64,
+    },
+    /// The in-memory backend keeps only what the corridor needs (approvals, the kill switch and
+    /// budgets, idempotency keys); this store needs SQLite or PostgreSQL.
+    #[error("the {what} need a database (SQLite or PostgreSQL), not memory")]
+    NotInMemory {
+        /// What was asked for, e.g. "agent runs".
+        what: &'static str,
     },
     /// A statement or transaction failed, or a row could not be decoded; whether it changed
     /// anything is said by the method that returned it.

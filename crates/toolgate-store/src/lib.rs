@@ -24,7 +24,10 @@
 //! rule written as the condition of the one statement that changes a row is judged against the
 //! latest committed row; WAL mode lets readers run beside that one writer; `synchronous=FULL` makes
 //! every acknowledged decision survive a power cut; and it is a file in the data directory, with
-//! no server to run. PostgreSQL, for replicas sharing state, is still to come.
+//! no server to run. Replicas that must share one state use PostgreSQL instead
+//! ([`Location::Postgres`]): the same rules in the same statement texts, with row locks and
+//! advisory locks where SQLite's single writer did the serialising, and each process's lease on
+//! the keys it runs. Tests of the corridor can use memory ([`Location::Memory`]).
 //!
 //! The journal keeps files of its own instead: the audit log is seed 000's chained JSON lines,
 //! which `toolgate audit verify` checks without toolgate's database, and it has one writer, the
@@ -74,3 +77,5 @@ pub mod journal;
 pub mod runs;
 pub mod state;
 pub mod tasks;
+
+pub use db::Location;

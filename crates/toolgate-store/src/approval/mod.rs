@@ -9,8 +9,11 @@
 //! Design decision: each rule is the `WHERE` clause (or unique index) of the one statement that
 //! changes the row, judged by the rows it affected, never a read in Rust followed by a write. The
 //! deciders are separate processes with their own connections, so a check in Rust would be stale
-//! by the time its write lands; SQLite serialises writers, so a condition inside the statement is
-//! evaluated against the latest committed row. Reads after a refused write only explain the
+//! by the time its write lands; SQLite serialises writers, and PostgreSQL re-evaluates a
+//! statement's condition against the row it waited for, so a condition inside the statement is
+//! evaluated against the latest committed row. A decision, which reads the votes so far, first
+//! locks the row (SQLite's write lock, PostgreSQL's `FOR UPDATE`), so deciders in any number of
+//! processes and replicas take their turns. Reads after a refused write only explain the
 //! refusal, they never decide anything.
 //!
 //! Times are unix milliseconds passed in by the caller, so that expiry is testable and a whole
@@ -24,8 +27,9 @@ mod tests;
 use std::fmt;
 use std::path::Path;
 
-use sqlx::Row;
-use sqlx::sqlite::{SqlitePool, SqliteRow};
+use crate::db::{Columns, Db, Location, WritePool, locking, on_db};
+
+pub(crate) mod memory;
 
 pub use crate::db::DB_FILE;
 pub use crate::error::StoreError;
@@ -264,9 +268,17 @@ pub enum Verdict {
     Deny,
 }
 
-#[cfg(test)]
 impl Verdict {
+    /// The name stored with a vote.
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Approve => "approve",
+            Self::Deny => "deny",
+        }
+    }
+
     /// The status a lone decider's verdict settles a row in.
+    #[cfg(test)]
     fn status(self) -> Status {
         match self {
             Self::Approve => Status::Approved,
@@ -275,10 +287,10 @@ impl Verdict {
     }
 }
 
-/// The approval queue in `dir/toolgate.db`; cheap to clone.
+/// The approval queue in the shared database; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct ApprovalStore {
-    pool: SqlitePool,
+    db: Db,
 }
 
 impl ApprovalStore {
@@ -287,12 +299,12 @@ impl ApprovalStore {
     /// # Errors
     /// The database could not answer.
     pub async fn answers(&self) -> Result<(), StoreError> {
-        crate::db::answers(&self.pool).await
+        self.db.answers().await
     }
 
-    /// The connections, for stores that share this database file.
-    pub(crate) fn pool(&self) -> &SqlitePool {
-        &self.pool
+    /// The database, for stores that share it.
+    pub(crate) fn db(&self) -> &Db {
+        &self.db
     }
 
     /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with one
@@ -303,9 +315,25 @@ impl ApprovalStore {
     /// [`StoreError::CreateDir`] or [`StoreError::Open`]: the directory or database cannot be
     /// used; [`StoreError::SchemaTooNew`]: the file was written by a newer toolgate.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
+        Self::at(&Location::Dir(dir.to_owned())).await
+    }
+
+    /// Opens the queue wherever `location` says: a data directory's `toolgate.db`, a PostgreSQL
+    /// database that replicas share (its schema created or upgraded at start), or memory.
+    ///
+    /// # Errors
+    /// The database cannot be opened, reached or migrated, or its schema is newer than this
+    /// build's.
+    pub async fn at(location: &Location) -> Result<Self, StoreError> {
         Ok(Self {
-            pool: crate::db::open_pool(dir).await?,
+            db: location.open().await?,
         })
+    }
+
+    /// Which database holds the queue: `sqlite`, `postgres` or `memory`.
+    #[must_use]
+    pub fn backend(&self) -> &'static str {
+        self.db.kind()
     }
 
     /// Opens a pending row for this call, or attaches to the pending, unexpired row that already
@@ -321,63 +349,80 @@ impl ApprovalStore {
         new: NewApproval,
         now: i64,
     ) -> Result<(Approval, bool), StoreError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::query("cannot start an approval request"))?;
-        // A due row still marked pending would otherwise be attached to, or block the insert.
-        expire(&mut *tx, now).await?;
-        let mut created = false;
-        for attempt in 1..=ID_ATTEMPTS {
-            // ON CONFLICT names the partial index, so only "a pending row exists" means attach;
-            // an id collision still fails and is retried with new random bits.
-            let inserted = sqlx::query(
-                "INSERT INTO approvals (id, fingerprint, requester, tool, args_redacted, tier,
-                     reason, dry_run, policy_sha256, status, created_at, expires_at, approvers,
-                     approvals_required)
-                 VALUES ('apr_' || lower(hex(randomblob(6))), ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8,
-                     'pending', ?9, ?10, ?11, ?12)
-                 ON CONFLICT (fingerprint) WHERE status = 'pending' DO NOTHING",
-            )
-            .bind(&new.fingerprint)
-            .bind(&new.requester)
-            .bind(&new.tool)
-            .bind(new.args_redacted.to_string())
-            .bind(&new.tier)
-            .bind(&new.reason)
-            .bind(new.dry_run.to_string())
-            .bind(&new.policy_sha256)
-            .bind(now)
-            .bind(new.expires_at)
-            .bind(
-                new.approvers
-                    .as_ref()
-                    .map(|list| serde_json::Value::from(list.clone()).to_string()),
-            )
-            .bind(i64::from(new.approvals_required.max(1)))
-            .execute(&mut *tx)
-            .await;
-            match inserted {
-                Ok(done) => {
-                    created = done.rows_affected() == 1;
-                    break;
+        let approvers = new
+            .approvers
+            .as_ref()
+            .map(|list| serde_json::Value::from(list.clone()).to_string());
+        let required = i64::from(new.approvals_required.max(1));
+        on_db!(
+            &self.db,
+            |pool| {
+                let mut tx = pool
+                    .begin_write()
+                    .await
+                    .map_err(StoreError::query("cannot start an approval request"))?;
+                // A due row still marked pending would otherwise be attached to, or block the
+                // insert.
+                sqlx::query(EXPIRE)
+                    .bind(now)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query("cannot expire due approvals"))?;
+                let mut created = false;
+                for attempt in 1..=ID_ATTEMPTS {
+                    // ON CONFLICT names the partial index, so only "a pending row exists" means
+                    // attach; an id collision still fails and is retried with new random bits.
+                    let inserted = sqlx::query(
+                        "INSERT INTO approvals (id, fingerprint, requester, tool, args_redacted,
+                             tier, reason, dry_run, policy_sha256, status, created_at, expires_at,
+                             approvers, approvals_required)
+                         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'pending', $10, $11, $12, $13)
+                         ON CONFLICT (fingerprint) WHERE status = 'pending' DO NOTHING",
+                    )
+                    .bind(new_id()?)
+                    .bind(&new.fingerprint)
+                    .bind(&new.requester)
+                    .bind(&new.tool)
+                    .bind(new.args_redacted.to_string())
+                    .bind(&new.tier)
+                    .bind(&new.reason)
+                    .bind(new.dry_run.to_string())
+                    .bind(&new.policy_sha256)
+                    .bind(now)
+                    .bind(new.expires_at)
+                    .bind(&approvers)
+                    .bind(required)
+                    .execute(&mut *tx)
+                    .await;
+                    match inserted {
+                        Ok(done) => {
+                            created = done.rows_affected() == 1;
+                            break;
+                        }
+                        Err(e) if attempt < ID_ATTEMPTS && is_unique_violation(&e) => {}
+                        Err(e) => {
+                            return Err(StoreError::query("cannot insert the approval request")(e));
+                        }
+                    }
                 }
-                Err(e) if attempt < ID_ATTEMPTS && is_unique_violation(&e) => {}
-                Err(e) => return Err(StoreError::query("cannot insert the approval request")(e)),
-            }
-        }
-        let row =
-            sqlx::query("SELECT * FROM approvals WHERE fingerprint = ?1 AND status = 'pending'")
+                let row = sqlx::query(
+                    "SELECT * FROM approvals WHERE fingerprint = $1 AND status = 'pending'",
+                )
                 .bind(&new.fingerprint)
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::query("cannot read the approval request"))?;
-        let approval = decode(&row)?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("cannot commit the approval request"))?;
-        Ok((approval, created))
+                let approval = decode(&row)?;
+                tx.commit()
+                    .await
+                    .map_err(StoreError::query("cannot commit the approval request"))?;
+                Ok((approval, created))
+            },
+            |tables| {
+                let id = new_id()?;
+                Ok(tables.approvals.request(id, new, now))
+            },
+        )
     }
 
     /// The row with this id, after expiring due rows.
@@ -386,12 +431,18 @@ impl ApprovalStore {
     /// The database could not answer.
     pub async fn get(&self, id: &str, now: i64) -> Result<Option<Approval>, StoreError> {
         self.expire_due(now).await?;
-        let row = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::query("cannot read the approval"))?;
-        row.as_ref().map(decode).transpose()
+        on_db!(
+            &self.db,
+            |pool| {
+                let row = sqlx::query("SELECT * FROM approvals WHERE id = $1")
+                    .bind(id)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(StoreError::query("cannot read the approval"))?;
+                row.as_ref().map(decode).transpose()
+            },
+            |tables| Ok(tables.approvals.get(id).cloned()),
+        )
     }
 
     /// Pending rows (and decided ones too if `include_decided`), newest first, after expiring
@@ -401,14 +452,25 @@ impl ApprovalStore {
     /// The database could not answer; never an empty list in its place.
     pub async fn list(&self, include_decided: bool, now: i64) -> Result<Vec<Approval>, StoreError> {
         self.expire_due(now).await?;
-        let rows =
-            sqlx::query("SELECT * FROM approvals WHERE ?1 OR status = 'pending' ORDER BY seq DESC")
+        on_db!(
+            &self.db,
+            |pool| {
+                let rows = sqlx::query(
+                    "SELECT * FROM approvals WHERE $1 OR status = 'pending' ORDER BY seq DESC",
+                )
                 .bind(include_decided)
-                .fetch_all(&self.pool)
+                .fetch_all(pool)
                 .await
                 .map_err(StoreError::query("cannot list approvals"))?;
-        rows.iter().map(decode).collect()
+                rows.iter().map(decode).collect()
+            },
+            |tables| Ok(tables.approvals.newest_first(
+                |row| include_decided || row.status == Status::Pending,
+                usize::MAX
+            )),
+        )
     }
+
     /// The newest `limit` rows that are no longer pending (approved, denied, expired), newest
     /// first, after expiring due rows; with `tool` and `requester`, only that tool's rows for that
     /// requester (the history a person deciding a new request of theirs looks at).
@@ -423,18 +485,32 @@ impl ApprovalStore {
     ) -> Result<Vec<Approval>, StoreError> {
         self.expire_due(now).await?;
         let (tool, requester) = of.unzip();
-        let rows = sqlx::query(
-            "SELECT * FROM approvals WHERE status <> 'pending'
-                 AND (?1 IS NULL OR (tool = ?1 AND requester = ?2))
-             ORDER BY seq DESC LIMIT ?3",
+        on_db!(
+            &self.db,
+            |pool| {
+                let rows = sqlx::query(
+                    "SELECT * FROM approvals WHERE status <> 'pending'
+                         AND ($1 IS NULL OR (tool = $1 AND requester = $2))
+                     ORDER BY seq DESC LIMIT $3",
+                )
+                .bind(tool)
+                .bind(requester)
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await
+                .map_err(StoreError::query("cannot list decided approvals"))?;
+                rows.iter().map(decode).collect()
+            },
+            |tables| Ok(tables.approvals.newest_first(
+                |row| {
+                    row.status != Status::Pending
+                        && of.is_none_or(|(tool, requester)| {
+                            row.tool == tool && row.requester == requester
+                        })
+                },
+                usize::try_from(limit).unwrap_or(usize::MAX),
+            )),
         )
-        .bind(tool)
-        .bind(requester)
-        .bind(i64::from(limit))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot list decided approvals"))?;
-        rows.iter().map(decode).collect()
     }
 
     /// Records `decider`'s decision on approval `id` (with no groups: the terminal's `--as`); see
@@ -455,11 +531,12 @@ impl ApprovalStore {
     }
 
     /// Records `decider`'s vote on approval `id` and returns the row as it now stands. The rules
-    /// hold under the database's write lock, taken before anything is read: the first decision
-    /// wins (a decided row is never changed), the requester never decides, a decision at or after
-    /// expiry changes nothing, only a decider the row's `approvers` name may vote, one decider
-    /// votes once, any denial denies, and the row is approved when `approvals_required`
-    /// distinct deciders approved (until then it stays pending with the votes so far).
+    /// hold under a lock taken before anything is read (SQLite's write lock, PostgreSQL's lock on
+    /// the row, the memory tables' lock): the first decision wins (a decided row is never
+    /// changed), the requester never decides, a decision at or after expiry changes nothing, only
+    /// a decider the row's `approvers` name may vote, one decider votes once, any denial denies,
+    /// and the row is approved when `approvals_required` distinct deciders approved (until then
+    /// it stays pending with the votes so far).
     ///
     /// # Errors
     /// Why the vote changed nothing ([`DecideError`]), or that the database could not answer.
@@ -471,110 +548,78 @@ impl ApprovalStore {
         reason: Option<&str>,
         now: i64,
     ) -> Result<Approval, DecideError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::query("cannot start a decision"))?;
-        let row = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
-            .bind(id)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::query("cannot read the approval"))?;
-        let Some(row) = row else {
-            return Err(DecideError::NotFound { id: id.to_owned() });
-        };
-        let current = decode(&row)?;
-        match current.status {
-            Status::Approved | Status::Denied => {
-                return Err(DecideError::AlreadyDecided {
-                    id: current.id,
-                    status: current.status,
-                    by: current.decided_by,
-                });
-            }
-            Status::Expired => return Err(DecideError::Expired { id: current.id }),
-            Status::Pending if current.expires_at <= now => {
-                return Err(DecideError::Expired { id: current.id });
-            }
-            Status::Pending => {}
-        }
-        if current.requester == decider.id {
-            return Err(DecideError::SelfApproval { id: current.id });
-        }
-        if !decider.may_decide(current.approvers.as_deref()) {
-            return Err(DecideError::NotAnApprover {
-                id: current.id,
-                decider: decider.id.clone(),
-                approvers: current.approvers.unwrap_or_default(),
-            });
-        }
-        let voted = sqlx::query(
-            "INSERT INTO approval_votes (approval_id, decider, verdict, reason, at)
-             VALUES (?1, ?2, ?3, ?4, ?5) ON CONFLICT (approval_id, decider) DO NOTHING",
+        on_db!(
+            &self.db,
+            |pool| {
+                let mut tx = pool
+                    .begin_write()
+                    .await
+                    .map_err(StoreError::query("cannot start a decision"))?;
+                let row = sqlx::query(locking(pool, "SELECT * FROM approvals WHERE id = $1"))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(StoreError::query("cannot read the approval"))?;
+                let Some(row) = row else {
+                    return Err(DecideError::NotFound { id: id.to_owned() });
+                };
+                let current = decode(&row)?;
+                may_vote(&current, decider, now)?;
+                let voted = sqlx::query(
+                    "INSERT INTO approval_votes (approval_id, decider, verdict, reason, at)
+                     VALUES ($1, $2, $3, $4, $5) ON CONFLICT (approval_id, decider) DO NOTHING",
+                )
+                .bind(id)
+                .bind(&decider.id)
+                .bind(verdict.as_str())
+                .bind(reason)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot record the vote"))?;
+                if voted.rows_affected() == 0 {
+                    return Err(DecideError::AlreadyVoted {
+                        id: current.id,
+                        decider: decider.id.clone(),
+                    });
+                }
+                let approvers: Vec<String> = sqlx::query_scalar(
+                    "SELECT decider FROM approval_votes
+                     WHERE approval_id = $1 AND verdict = 'approve' ORDER BY at, decider",
+                )
+                .bind(id)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot count the votes"))?;
+                if let Some((status, by)) = settle(&current, decider, verdict, &approvers) {
+                    // Still under the lock taken above: the row read is the row updated.
+                    sqlx::query(
+                        "UPDATE approvals
+                         SET status = $1, decided_by = $2, decided_at = $3, decision_reason = $4
+                         WHERE id = $5 AND status = 'pending'",
+                    )
+                    .bind(status.as_str())
+                    .bind(by)
+                    .bind(now)
+                    .bind(reason)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query("cannot record the decision"))?;
+                }
+                let row = sqlx::query("SELECT * FROM approvals WHERE id = $1")
+                    .bind(id)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(StoreError::query("cannot read the approval"))?;
+                let approval = decode(&row)?;
+                tx.commit()
+                    .await
+                    .map_err(StoreError::query("cannot commit the decision"))?;
+                Ok(approval)
+            },
+            |tables| tables.approvals.decide(id, decider, verdict, reason, now),
         )
-        .bind(id)
-        .bind(&decider.id)
-        .bind(match verdict {
-            Verdict::Approve => "approve",
-            Verdict::Deny => "deny",
-        })
-        .bind(reason)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot record the vote"))?;
-        if voted.rows_affected() == 0 {
-            return Err(DecideError::AlreadyVoted {
-                id: current.id,
-                decider: decider.id.clone(),
-            });
-        }
-        let approvers: Vec<(String,)> = sqlx::query_as(
-            "SELECT decider FROM approval_votes WHERE approval_id = ?1 AND verdict = 'approve'
-             ORDER BY at, decider",
-        )
-        .bind(id)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot count the votes"))?;
-        let settled = match verdict {
-            Verdict::Deny => Some((Status::Denied, decider.id.clone())),
-            Verdict::Approve
-                if approvers.len()
-                    >= usize::try_from(current.approvals_required).unwrap_or(usize::MAX) =>
-            {
-                let names: Vec<&str> = approvers.iter().map(|(d,)| d.as_str()).collect();
-                Some((Status::Approved, names.join(", ")))
-            }
-            Verdict::Approve => None,
-        };
-        if let Some((status, by)) = settled {
-            // Still under the write lock taken at BEGIN: the row read above is the row updated.
-            sqlx::query(
-                "UPDATE approvals
-                 SET status = ?1, decided_by = ?2, decided_at = ?3, decision_reason = ?4
-                 WHERE id = ?5 AND status = 'pending'",
-            )
-            .bind(status.as_str())
-            .bind(by)
-            .bind(now)
-            .bind(reason)
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::query("cannot record the decision"))?;
-        }
-        let row = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await
-            .map_err(StoreError::query("cannot read the approval"))?;
-        let approval = decode(&row)?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("cannot commit the decision"))?;
-        Ok(approval)
     }
 
     /// Per tool, how the approval requests made since `since` (unix milliseconds) ended, after
@@ -584,16 +629,22 @@ impl ApprovalStore {
     /// The database could not answer.
     pub async fn stats(&self, since: i64, now: i64) -> Result<Vec<ToolStats>, StoreError> {
         self.expire_due(now).await?;
-        let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
-            "SELECT tool,
-                    sum(status = 'approved'), sum(status = 'denied'),
-                    sum(status = 'expired'), sum(status = 'pending')
-             FROM approvals WHERE created_at >= ?1 GROUP BY tool ORDER BY tool",
-        )
-        .bind(since)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot count the approvals"))?;
+        let rows: Vec<(String, i64, i64, i64, i64)> = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(
+                "SELECT tool,
+                        count(*) FILTER (WHERE status = 'approved'),
+                        count(*) FILTER (WHERE status = 'denied'),
+                        count(*) FILTER (WHERE status = 'expired'),
+                        count(*) FILTER (WHERE status = 'pending')
+                 FROM approvals WHERE created_at >= $1 GROUP BY tool ORDER BY tool",
+            )
+            .bind(since)
+            .fetch_all(pool)
+            .await
+            .map_err(StoreError::query("cannot count the approvals"))?,
+            |tables| tables.approvals.stats(since),
+        );
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok(rows
             .into_iter()
@@ -613,23 +664,29 @@ impl ApprovalStore {
     /// # Errors
     /// The database could not answer.
     pub async fn votes(&self, id: &str) -> Result<Vec<Vote>, StoreError> {
-        let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
-            "SELECT decider, verdict, reason, at FROM approval_votes WHERE approval_id = ?1
-             ORDER BY at, decider",
+        on_db!(
+            &self.db,
+            |pool| {
+                let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
+                    "SELECT decider, verdict, reason, at FROM approval_votes
+                     WHERE approval_id = $1 ORDER BY at, decider",
+                )
+                .bind(id)
+                .fetch_all(pool)
+                .await
+                .map_err(StoreError::query("cannot read the votes"))?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(decider, verdict, reason, at)| Vote {
+                        decider,
+                        approve: verdict == Verdict::Approve.as_str(),
+                        reason,
+                        at,
+                    })
+                    .collect())
+            },
+            |tables| Ok(tables.approvals.votes(id)),
         )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot read the votes"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(decider, verdict, reason, at)| Vote {
-                decider,
-                approve: verdict == "approve",
-                reason,
-                at,
-            })
-            .collect())
     }
 
     /// Marks every pending row whose `expires_at <= now` as expired; returns how many.
@@ -637,7 +694,16 @@ impl ApprovalStore {
     /// # Errors
     /// The database could not answer.
     pub async fn expire_due(&self, now: i64) -> Result<u64, StoreError> {
-        expire(&self.pool, now).await
+        on_db!(
+            &self.db,
+            |pool| Ok(sqlx::query(EXPIRE)
+                .bind(now)
+                .execute(pool)
+                .await
+                .map_err(StoreError::query("cannot expire due approvals"))?
+                .rows_affected()),
+            |tables| Ok(tables.approvals.expire(now)),
+        )
     }
 
     /// How many requests are in each status at `now`, for metrics: a pending row past its expiry
@@ -646,14 +712,18 @@ impl ApprovalStore {
     /// # Errors
     /// The database could not answer.
     pub async fn counts(&self, now: i64) -> Result<StatusCounts, StoreError> {
-        let rows: Vec<(String, bool, i64)> = sqlx::query_as(
-            "SELECT status, status = 'pending' AND expires_at <= ?1, count(*) FROM approvals \
-             GROUP BY 1, 2",
-        )
-        .bind(now)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot count the approval requests"))?;
+        let rows: Vec<(String, bool, i64)> = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(
+                "SELECT status, status = 'pending' AND expires_at <= $1, count(*) FROM approvals
+                 GROUP BY 1, 2",
+            )
+            .bind(now)
+            .fetch_all(pool)
+            .await
+            .map_err(StoreError::query("cannot count the approval requests"))?,
+            |tables| tables.approvals.counts(now),
+        );
         let mut counts = StatusCounts::default();
         for (status, due, n) in rows {
             let n = u64::try_from(n).unwrap_or(0);
@@ -677,13 +747,23 @@ impl ApprovalStore {
         now: i64,
     ) -> Result<Option<Approval>, StoreError> {
         self.expire_due(now).await?;
-        let row =
-            sqlx::query("SELECT * FROM approvals WHERE fingerprint = ?1 ORDER BY seq DESC LIMIT 1")
+        on_db!(
+            &self.db,
+            |pool| {
+                let row = sqlx::query(
+                    "SELECT * FROM approvals WHERE fingerprint = $1 ORDER BY seq DESC LIMIT 1",
+                )
                 .bind(fingerprint)
-                .fetch_optional(&self.pool)
+                .fetch_optional(pool)
                 .await
                 .map_err(StoreError::query("cannot read the approval"))?;
-        row.as_ref().map(decode).transpose()
+                row.as_ref().map(decode).transpose()
+            },
+            |tables| Ok(tables
+                .approvals
+                .newest_first(|row| row.fingerprint == fingerprint, 1)
+                .pop()),
+        )
     }
 
     /// Claims an approved, unused row for one execution. `true` for exactly one caller ever;
@@ -695,16 +775,22 @@ impl ApprovalStore {
     /// # Errors
     /// The database could not answer.
     pub async fn consume(&self, id: &str, now: i64) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE approvals SET used_at = ?2
-             WHERE id = ?1 AND status = 'approved' AND used_at IS NULL",
+        on_db!(
+            &self.db,
+            |pool| {
+                let done = sqlx::query(
+                    "UPDATE approvals SET used_at = $2
+                     WHERE id = $1 AND status = 'approved' AND used_at IS NULL",
+                )
+                .bind(id)
+                .bind(now)
+                .execute(pool)
+                .await
+                .map_err(StoreError::query("cannot claim the approval"))?;
+                Ok(done.rows_affected() == 1)
+            },
+            |tables| Ok(tables.approvals.consume(id, now)),
         )
-        .bind(id)
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot claim the approval"))?;
-        Ok(done.rows_affected() == 1)
     }
 
     /// Stores the result of the one execution, so that repeats of the call replay it. Storing
@@ -718,16 +804,23 @@ impl ApprovalStore {
         id: &str,
         result: &serde_json::Value,
     ) -> Result<(), StoreError> {
-        let done = sqlx::query(
-            "UPDATE approvals SET result = ?2
-             WHERE id = ?1 AND used_at IS NOT NULL AND (result IS NULL OR result = ?2)",
-        )
-        .bind(id)
-        .bind(result.to_string())
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot store the approved call's result"))?;
-        if done.rows_affected() == 1 {
+        let stored = on_db!(
+            &self.db,
+            |pool| {
+                let done = sqlx::query(
+                    "UPDATE approvals SET result = $2
+                     WHERE id = $1 AND used_at IS NOT NULL AND (result IS NULL OR result = $2)",
+                )
+                .bind(id)
+                .bind(result.to_string())
+                .execute(pool)
+                .await
+                .map_err(StoreError::query("cannot store the approved call's result"))?;
+                done.rows_affected() == 1
+            },
+            |tables| tables.approvals.store_result(id, result),
+        );
+        if stored {
             Ok(())
         } else {
             Err(StoreError::NoExecution { id: id.to_owned() })
@@ -741,13 +834,20 @@ impl ApprovalStore {
     /// The database could not answer.
     pub async fn unaudited_resolutions(&self, now: i64) -> Result<Vec<Approval>, StoreError> {
         self.expire_due(now).await?;
-        let rows = sqlx::query(
-            "SELECT * FROM approvals WHERE status <> 'pending' AND resolution_audited = 0 ORDER BY seq",
+        on_db!(
+            &self.db,
+            |pool| {
+                let rows = sqlx::query(
+                    "SELECT * FROM approvals WHERE status <> 'pending' AND NOT resolution_audited
+                     ORDER BY seq",
+                )
+                .fetch_all(pool)
+                .await
+                .map_err(StoreError::query("cannot read approval resolutions"))?;
+                rows.iter().map(decode).collect()
+            },
+            |tables| Ok(tables.approvals.unaudited()),
         )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot read approval resolutions"))?;
-        rows.iter().map(decode).collect()
     }
 
     /// Marks a row's resolution as recorded in the audit log.
@@ -755,30 +855,102 @@ impl ApprovalStore {
     /// # Errors
     /// The database could not answer.
     pub async fn mark_resolution_audited(&self, id: &str) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE approvals SET resolution_audited = 1 WHERE id = ?1 AND status <> 'pending'",
+        on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query(
+                    "UPDATE approvals SET resolution_audited = TRUE
+                     WHERE id = $1 AND status <> 'pending'",
+                )
+                .bind(id)
+                .execute(pool)
+                .await
+                .map_err(StoreError::query("cannot mark the resolution audited"))?;
+                Ok(())
+            },
+            |tables| {
+                tables.approvals.mark_audited(id);
+                Ok(())
+            },
         )
-        .bind(id)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot mark the resolution audited"))?;
-        Ok(())
     }
 }
 
-async fn expire<'e, E>(executor: E, now: i64) -> Result<u64, StoreError>
-where
-    E: sqlx::Executor<'e, Database = sqlx::Sqlite>,
-{
-    let done = sqlx::query(
-        "UPDATE approvals SET status = 'expired' WHERE status = 'pending' AND expires_at <= ?1",
-    )
-    .bind(now)
-    .execute(executor)
-    .await
-    .map_err(StoreError::query("cannot expire due approvals"))?;
-    Ok(done.rows_affected())
+/// Whether `decider` may vote on `current` at `now`: the rules that refuse a vote before it is
+/// counted, in the order a person reads them (decided, expired, their own request, not named).
+fn may_vote(current: &Approval, decider: &Decider, now: i64) -> Result<(), DecideError> {
+    match current.status {
+        Status::Approved | Status::Denied => {
+            return Err(DecideError::AlreadyDecided {
+                id: current.id.clone(),
+                status: current.status,
+                by: current.decided_by.clone(),
+            });
+        }
+        Status::Expired => {
+            return Err(DecideError::Expired {
+                id: current.id.clone(),
+            });
+        }
+        Status::Pending if current.expires_at <= now => {
+            return Err(DecideError::Expired {
+                id: current.id.clone(),
+            });
+        }
+        Status::Pending => {}
+    }
+    if current.requester == decider.id {
+        return Err(DecideError::SelfApproval {
+            id: current.id.clone(),
+        });
+    }
+    if !decider.may_decide(current.approvers.as_deref()) {
+        return Err(DecideError::NotAnApprover {
+            id: current.id.clone(),
+            decider: decider.id.clone(),
+            approvers: current.approvers.clone().unwrap_or_default(),
+        });
+    }
+    Ok(())
 }
+
+/// What a counted vote settles: any denial denies (by its decider), and `approvals_required`
+/// distinct approvals approve (by all of them, in the order they voted); `None` keeps the row
+/// pending.
+fn settle(
+    current: &Approval,
+    decider: &Decider,
+    verdict: Verdict,
+    approvers: &[String],
+) -> Option<(Status, String)> {
+    match verdict {
+        Verdict::Deny => Some((Status::Denied, decider.id.clone())),
+        Verdict::Approve
+            if approvers.len()
+                >= usize::try_from(current.approvals_required).unwrap_or(usize::MAX) =>
+        {
+            Some((Status::Approved, approvers.join(", ")))
+        }
+        Verdict::Approve => None,
+    }
+}
+
+/// A new approval id: `apr_` and 12 hex digits of the operating system's randomness.
+fn new_id() -> Result<String, StoreError> {
+    let mut bytes = [0_u8; 6];
+    getrandom::fill(&mut bytes).map_err(|e| StoreError::Query {
+        context: "cannot draw a random approval id",
+        source: sqlx::Error::Io(std::io::Error::other(e.to_string())),
+    })?;
+    Ok(format!(
+        "apr_{}",
+        toolgate_core::canonical::lower_hex(&bytes)
+    ))
+}
+
+/// Marks every pending row that is due as expired; `$1` is now.
+const EXPIRE: &str =
+    "UPDATE approvals SET status = 'expired' WHERE status = 'pending' AND expires_at <= $1";
 
 fn is_unique_violation(error: &sqlx::Error) -> bool {
     error
@@ -786,59 +958,51 @@ fn is_unique_violation(error: &sqlx::Error) -> bool {
         .is_some_and(sqlx::error::DatabaseError::is_unique_violation)
 }
 
-fn decode(row: &SqliteRow) -> Result<Approval, StoreError> {
-    let id: String = get(row, "id")?;
-    let json = |column: &'static str, text: String| {
-        serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
-            id: id.clone(),
+fn decode(row: &impl Columns) -> Result<Approval, StoreError> {
+    let id = row.text("id")?;
+    fn parse<T: serde::de::DeserializeOwned>(
+        id: &str,
+        column: &'static str,
+        text: &str,
+    ) -> Result<T, StoreError> {
+        serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+            id: id.to_owned(),
             column,
             reason: e.to_string(),
         })
-    };
-    let status: String = get(row, "status")?;
+    }
+    let status = row.text("status")?;
     let status = Status::parse(&status).ok_or_else(|| StoreError::Corrupt {
         id: id.clone(),
         column: "status",
         reason: format!("unknown status {status:?}"),
     })?;
-    let result: Option<String> = get(row, "result")?;
-    let approvers: Option<String> = get(row, "approvers")?;
-    let required: i64 = get(row, "approvals_required")?;
+    let required = row.int("approvals_required")?;
     Ok(Approval {
-        approvers: approvers
-            .map(|text| {
-                serde_json::from_str::<Vec<String>>(&text).map_err(|e| StoreError::Corrupt {
-                    id: id.clone(),
-                    column: "approvers",
-                    reason: e.to_string(),
-                })
-            })
+        approvers: row
+            .text_or_null("approvers")?
+            .map(|text| parse(&id, "approvers", &text))
             .transpose()?,
         approvals_required: u32::try_from(required).unwrap_or(1).max(1),
-        fingerprint: get(row, "fingerprint")?,
-        requester: get(row, "requester")?,
-        tool: get(row, "tool")?,
-        args_redacted: json("args_redacted", get(row, "args_redacted")?)?,
-        tier: get(row, "tier")?,
-        reason: get(row, "reason")?,
-        dry_run: json("dry_run", get(row, "dry_run")?)?,
-        policy_sha256: get(row, "policy_sha256")?,
+        fingerprint: row.text("fingerprint")?,
+        requester: row.text("requester")?,
+        tool: row.text("tool")?,
+        args_redacted: parse(&id, "args_redacted", &row.text("args_redacted")?)?,
+        tier: row.text("tier")?,
+        reason: row.text("reason")?,
+        dry_run: parse(&id, "dry_run", &row.text("dry_run")?)?,
+        policy_sha256: row.text("policy_sha256")?,
         status,
-        created_at: get(row, "created_at")?,
-        expires_at: get(row, "expires_at")?,
-        decided_by: get(row, "decided_by")?,
-        decided_at: get(row, "decided_at")?,
-        decision_reason: get(row, "decision_reason")?,
-        used_at: get(row, "used_at")?,
-        result: result.map(|text| json("result", text)).transpose()?,
+        created_at: row.int("created_at")?,
+        expires_at: row.int("expires_at")?,
+        decided_by: row.text_or_null("decided_by")?,
+        decided_at: row.int_or_null("decided_at")?,
+        decision_reason: row.text_or_null("decision_reason")?,
+        used_at: row.int_or_null("used_at")?,
+        result: row
+            .text_or_null("result")?
+            .map(|text| parse(&id, "result", &text))
+            .transpose()?,
         id,
     })
-}
-
-fn get<'r, T>(row: &'r SqliteRow, column: &'static str) -> Result<T, StoreError>
-where
-    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
-{
-    row.try_get(column)
-        .map_err(StoreError::query("cannot read an approval row"))
 }

@@ -242,7 +242,7 @@ async fn late_decision_changes_nothing(expire_first: bool) {
     }
     let before = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
         .bind(&asked.id)
-        .fetch_one(&store.pool)
+        .fetch_one(store.db.sqlite())
         .await
         .map(|row| decode(&row).unwrap())
         .unwrap();
@@ -258,7 +258,7 @@ async fn late_decision_changes_nothing(expire_first: bool) {
     // Byte for byte the row the late click found.
     let after = sqlx::query("SELECT * FROM approvals WHERE id = ?1")
         .bind(&asked.id)
-        .fetch_one(&store.pool)
+        .fetch_one(store.db.sqlite())
         .await
         .map(|row| decode(&row).unwrap())
         .unwrap();
@@ -496,7 +496,7 @@ async fn many_first_opens_of_a_fresh_file_agree() {
     pending(&stores[0], "fp-1").await;
     assert_eq!(stores[15].list(false, T0).await.unwrap().len(), 1);
     let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
-        .fetch_one(&stores[3].pool)
+        .fetch_one(stores[3].db.sqlite())
         .await
         .unwrap();
     assert_eq!(mode, "wal");
@@ -507,17 +507,17 @@ async fn a_newer_schema_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = ApprovalStore::open(dir.path()).await.unwrap();
     sqlx::query("PRAGMA user_version = 99")
-        .execute(&store.pool)
+        .execute(store.db.sqlite())
         .await
         .unwrap();
-    store.pool.close().await;
+    store.db.sqlite().close().await;
     let err = ApprovalStore::open(dir.path()).await.unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::SchemaTooNew {
                 found: 99,
-                supported: crate::db::SCHEMA_VERSION,
+                supported: crate::db::sqlite::SCHEMA_VERSION,
                 ..
             }
         ),

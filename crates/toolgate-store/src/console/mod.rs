@@ -15,8 +15,7 @@
 #[cfg(test)]
 mod tests;
 
-use sqlx::sqlite::SqlitePool;
-
+use crate::db::{Db, WritePool, on_db};
 use crate::error::StoreError;
 
 /// How a session was opened.
@@ -70,10 +69,18 @@ pub struct OidcLogin {
     pub next: String,
 }
 
-/// The console's logins in `dir/toolgate.db`; cheap to clone.
+/// The console's logins in the shared database (SQLite or PostgreSQL); cheap to clone.
 #[derive(Clone, Debug)]
 pub struct ConsoleStore {
-    pool: SqlitePool,
+    db: Db,
+}
+
+/// What a console store on the in-memory backend answers: a login link is redeemed by another
+/// process than the one that minted it.
+fn in_memory() -> StoreError {
+    StoreError::NotInMemory {
+        what: "console's logins",
+    }
 }
 
 impl ConsoleStore {
@@ -81,7 +88,7 @@ impl ConsoleStore {
     #[must_use]
     pub fn beside(approvals: &crate::approval::ApprovalStore) -> Self {
         Self {
-            pool: approvals.pool().clone(),
+            db: approvals.db().clone(),
         }
     }
 
@@ -97,35 +104,44 @@ impl ConsoleStore {
         expires_at: i64,
         now: i64,
     ) -> Result<(), StoreError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::query("cannot start a login link"))?;
-        sqlx::query("DELETE FROM console_logins WHERE expires_at <= ?1 OR used_at IS NOT NULL")
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::query("cannot forget used login links"))?;
-        sqlx::query("DELETE FROM console_sessions WHERE expires_at <= ?1 OR ended_at IS NOT NULL")
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::query("cannot forget ended sessions"))?;
-        sqlx::query(
-            "INSERT INTO console_logins (token_sha256, identity, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4)",
+        on_db!(
+            &self.db,
+            |pool| {
+                let mut tx = pool
+                    .begin_write()
+                    .await
+                    .map_err(StoreError::query("cannot start a login link"))?;
+                sqlx::query(
+                    "DELETE FROM console_logins WHERE expires_at <= $1 OR used_at IS NOT NULL",
+                )
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot forget used login links"))?;
+                sqlx::query(
+                    "DELETE FROM console_sessions WHERE expires_at <= $1 OR ended_at IS NOT NULL",
+                )
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot forget ended sessions"))?;
+                sqlx::query(
+                    "INSERT INTO console_logins (token_sha256, identity, created_at, expires_at)
+             VALUES ($1, $2, $3, $4)",
+                )
+                .bind(token_sha256)
+                .bind(identity)
+                .bind(now)
+                .bind(expires_at)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot record the login link"))?;
+                tx.commit()
+                    .await
+                    .map_err(StoreError::query("cannot commit the login link"))
+            },
+            |_tables| Err(in_memory()),
         )
-        .bind(token_sha256)
-        .bind(identity)
-        .bind(now)
-        .bind(expires_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot record the login link"))?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("cannot commit the login link"))
     }
 
     /// Uses the login link whose token has this digest: the identity it was minted for, exactly
@@ -138,17 +154,23 @@ impl ConsoleStore {
         token_sha256: &str,
         now: i64,
     ) -> Result<Option<String>, StoreError> {
-        let row: Option<(String,)> = sqlx::query_as(
-            "UPDATE console_logins SET used_at = ?2
-             WHERE token_sha256 = ?1 AND used_at IS NULL AND expires_at > ?2
+        on_db!(
+            &self.db,
+            |pool| {
+                let row: Option<(String,)> = sqlx::query_as(
+                    "UPDATE console_logins SET used_at = $2
+             WHERE token_sha256 = $1 AND used_at IS NULL AND expires_at > $2
              RETURNING identity",
+                )
+                .bind(token_sha256)
+                .bind(now)
+                .fetch_optional(pool)
+                .await
+                .map_err(StoreError::query("cannot redeem the login link"))?;
+                Ok(row.map(|(identity,)| identity))
+            },
+            |_tables| Err(in_memory()),
         )
-        .bind(token_sha256)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot redeem the login link"))?;
-        Ok(row.map(|(identity,)| identity))
     }
 
     /// Records an OpenID Connect sign-in under way, keyed by its state's digest, until
@@ -163,24 +185,30 @@ impl ConsoleStore {
         expires_at: i64,
         now: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM console_oidc_logins WHERE expires_at <= ?1")
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::query("cannot forget stale sign-ins"))?;
-        sqlx::query(
+        on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query("DELETE FROM console_oidc_logins WHERE expires_at <= $1")
+                    .bind(now)
+                    .execute(pool)
+                    .await
+                    .map_err(StoreError::query("cannot forget stale sign-ins"))?;
+                sqlx::query(
             "INSERT INTO console_oidc_logins (state_sha256, nonce, code_verifier, next, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+             VALUES ($1, $2, $3, $4, $5)",
         )
         .bind(state_sha256)
         .bind(&login.nonce)
         .bind(&login.code_verifier)
         .bind(&login.next)
         .bind(expires_at)
-        .execute(&self.pool)
+        .execute(pool)
         .await
         .map_err(StoreError::query("cannot record the sign-in"))?;
-        Ok(())
+                Ok(())
+            },
+            |_tables| Err(in_memory()),
+        )
     }
 
     /// Takes the sign-in whose state has this digest, exactly once: `None` for an unknown,
@@ -193,21 +221,27 @@ impl ConsoleStore {
         state_sha256: &str,
         now: i64,
     ) -> Result<Option<OidcLogin>, StoreError> {
-        let row: Option<(String, String, String, i64)> = sqlx::query_as(
-            "DELETE FROM console_oidc_logins WHERE state_sha256 = ?1
+        on_db!(
+            &self.db,
+            |pool| {
+                let row: Option<(String, String, String, i64)> = sqlx::query_as(
+                    "DELETE FROM console_oidc_logins WHERE state_sha256 = $1
              RETURNING nonce, code_verifier, next, expires_at",
-        )
-        .bind(state_sha256)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot finish the sign-in"))?;
-        Ok(row.filter(|(_, _, _, expires_at)| *expires_at > now).map(
-            |(nonce, code_verifier, next, _)| OidcLogin {
-                nonce,
-                code_verifier,
-                next,
+                )
+                .bind(state_sha256)
+                .fetch_optional(pool)
+                .await
+                .map_err(StoreError::query("cannot finish the sign-in"))?;
+                Ok(row.filter(|(_, _, _, expires_at)| *expires_at > now).map(
+                    |(nonce, code_verifier, next, _)| OidcLogin {
+                        nonce,
+                        code_verifier,
+                        next,
+                    },
+                ))
             },
-        ))
+            |_tables| Err(in_memory()),
+        )
     }
 
     /// Opens a session whose id has this digest.
@@ -220,9 +254,12 @@ impl ConsoleStore {
         session: &Session,
         now: i64,
     ) -> Result<(), StoreError> {
-        sqlx::query(
+        on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query(
             "INSERT INTO console_sessions (id_sha256, identity, groups, via, created_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+             VALUES ($1, $2, $3, $4, $5, $6)",
         )
         .bind(id_sha256)
         .bind(&session.identity)
@@ -230,10 +267,13 @@ impl ConsoleStore {
         .bind(session.via.as_str())
         .bind(now)
         .bind(session.expires_at)
-        .execute(&self.pool)
+        .execute(pool)
         .await
         .map_err(StoreError::query("cannot open the session"))?;
-        Ok(())
+                Ok(())
+            },
+            |_tables| Err(in_memory()),
+        )
     }
 
     /// The live session whose id has this digest; `None` if unknown, expired or ended.
@@ -241,32 +281,39 @@ impl ConsoleStore {
     /// # Errors
     /// The database could not answer (the caller must then treat the request as signed out).
     pub async fn session(&self, id_sha256: &str, now: i64) -> Result<Option<Session>, StoreError> {
-        let row: Option<(String, String, String, i64)> = sqlx::query_as(
-            "SELECT identity, groups, via, expires_at FROM console_sessions
-             WHERE id_sha256 = ?1 AND ended_at IS NULL AND expires_at > ?2",
+        on_db!(
+            &self.db,
+            |pool| {
+                let row: Option<(String, String, String, i64)> = sqlx::query_as(
+                    "SELECT identity, groups, via, expires_at FROM console_sessions
+             WHERE id_sha256 = $1 AND ended_at IS NULL AND expires_at > $2",
+                )
+                .bind(id_sha256)
+                .bind(now)
+                .fetch_optional(pool)
+                .await
+                .map_err(StoreError::query("cannot read the session"))?;
+                let Some((identity, groups, via, expires_at)) = row else {
+                    return Ok(None);
+                };
+                let corrupt = |column: &'static str, reason: String| StoreError::Corrupt {
+                    id: format!("session of {identity}"),
+                    column,
+                    reason,
+                };
+                let groups: Vec<String> =
+                    serde_json::from_str(&groups).map_err(|e| corrupt("groups", e.to_string()))?;
+                let via =
+                    Via::parse(&via).ok_or_else(|| corrupt("via", format!("unknown {via:?}")))?;
+                Ok(Some(Session {
+                    identity,
+                    groups,
+                    via,
+                    expires_at,
+                }))
+            },
+            |_tables| Err(in_memory()),
         )
-        .bind(id_sha256)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot read the session"))?;
-        let Some((identity, groups, via, expires_at)) = row else {
-            return Ok(None);
-        };
-        let corrupt = |column: &'static str, reason: String| StoreError::Corrupt {
-            id: format!("session of {identity}"),
-            column,
-            reason,
-        };
-        let groups: Vec<String> =
-            serde_json::from_str(&groups).map_err(|e| corrupt("groups", e.to_string()))?;
-        let via = Via::parse(&via).ok_or_else(|| corrupt("via", format!("unknown {via:?}")))?;
-        Ok(Some(Session {
-            identity,
-            groups,
-            via,
-            expires_at,
-        }))
     }
 
     /// Ends the session whose id has this digest (signing out); ending it twice is a no-op.
@@ -274,14 +321,20 @@ impl ConsoleStore {
     /// # Errors
     /// The database could not answer (then the session may still be live).
     pub async fn end_session(&self, id_sha256: &str, now: i64) -> Result<(), StoreError> {
-        sqlx::query(
-            "UPDATE console_sessions SET ended_at = ?2 WHERE id_sha256 = ?1 AND ended_at IS NULL",
+        on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query(
+            "UPDATE console_sessions SET ended_at = $2 WHERE id_sha256 = $1 AND ended_at IS NULL",
         )
         .bind(id_sha256)
         .bind(now)
-        .execute(&self.pool)
+        .execute(pool)
         .await
         .map_err(StoreError::query("cannot end the session"))?;
-        Ok(())
+                Ok(())
+            },
+            |_tables| Err(in_memory()),
+        )
     }
 }

@@ -123,11 +123,11 @@ async fn minting_forgets_what_can_no_longer_be_used() {
         .unwrap();
 
     let (logins,): (i64,) = sqlx::query_as("SELECT count(*) FROM console_logins")
-        .fetch_one(&store.pool)
+        .fetch_one(store.db.sqlite())
         .await
         .unwrap();
     let (sessions,): (i64,) = sqlx::query_as("SELECT count(*) FROM console_sessions")
-        .fetch_one(&store.pool)
+        .fetch_one(store.db.sqlite())
         .await
         .unwrap();
     assert_eq!((logins, sessions), (1, 0));

@@ -27,10 +27,10 @@ use std::fmt;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use sqlx::Row;
-use sqlx::sqlite::{SqlitePool, SqliteRow};
-
+use crate::db::{Columns, Db, Location, WritePool, on_db};
 use crate::error::StoreError;
+
+pub(crate) mod memory;
 
 /// The answer to a claim: what the gate may do with this call.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,7 +42,8 @@ pub enum Claim {
     Replay(serde_json::Value),
     /// The key was used with other arguments: refuse.
     Conflict,
-    /// Another copy of the call is running in this process: run nothing.
+    /// Another copy of the call is running, in this process or on another live replica: run
+    /// nothing.
     InFlight,
     /// Nobody knows whether the call took effect (a run died or the upstream failed mid-call):
     /// run nothing until an operator checks the upstream and forgets the key.
@@ -83,7 +84,7 @@ impl State {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         Some(match s {
             "in_flight" => Self::InFlight,
             "done" => Self::Done,
@@ -122,10 +123,22 @@ pub struct Entry {
     pub updated_at: i64,
 }
 
-/// The idempotency keys in `dir/toolgate.db`; cheap to clone.
+/// The idempotency keys in the shared database; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct IdempotencyStore {
-    pool: SqlitePool,
+    db: Db,
+}
+
+/// Whether `owner` of the row aliased `i` holds a live lease at `$now` (PostgreSQL replicas; see
+/// [`crate::db::postgres`]). SQLite's and memory's owners hold none: another owner is a dead run.
+macro_rules! owner_alive {
+    ($now:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM toolgate_owners o WHERE o.owner = i.owner AND o.alive_until > ",
+            $now,
+            ")"
+        )
+    };
 }
 
 impl IdempotencyStore {
@@ -134,7 +147,7 @@ impl IdempotencyStore {
     /// # Errors
     /// The database could not answer.
     pub async fn answers(&self) -> Result<(), StoreError> {
-        crate::db::answers(&self.pool).await
+        self.db.answers().await
     }
 
     /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with a
@@ -145,16 +158,15 @@ impl IdempotencyStore {
     /// used; [`StoreError::SchemaTooNew`]: the file was written by a newer toolgate.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
-            pool: crate::db::open_pool(dir).await?,
+            db: Location::Dir(dir.to_owned()).open().await?,
         })
     }
 
-    /// The idempotency store over the approval queue's connections (one pool per process is
-    /// enough).
+    /// The idempotency store over the approval queue's database and connections.
     #[must_use]
     pub fn beside(approvals: &crate::approval::ApprovalStore) -> Self {
         Self {
-            pool: approvals.pool().clone(),
+            db: approvals.db().clone(),
         }
     }
 
@@ -162,11 +174,12 @@ impl IdempotencyStore {
     ///
     /// No row: one is inserted in flight, owned by `owner`, and the answer is [`Claim::Claimed`].
     /// A row with another `args_digest` is a [`Claim::Conflict`] whatever its state. Otherwise:
-    /// done replays its result; in flight under `owner` is [`Claim::InFlight`]; in flight under
-    /// another owner (that run died between forwarding and recording) or in doubt is
-    /// [`Claim::InDoubt`], unless `retry_in_doubt` (the tool is idempotent upstream), in which
-    /// case the row is taken over and the answer is [`Claim::Claimed`]. Of any number of
-    /// concurrent claimers, across processes, exactly one is answered `Claimed`.
+    /// done replays its result; in flight under `owner`, or under another replica that is alive,
+    /// is [`Claim::InFlight`]; in flight under a dead run (it died between forwarding and
+    /// recording) or in doubt is [`Claim::InDoubt`], unless `retry_in_doubt` (the tool is
+    /// idempotent upstream), in which case the row is taken over and the answer is
+    /// [`Claim::Claimed`]. Of any number of concurrent claimers, across processes and replicas,
+    /// exactly one is answered `Claimed`.
     ///
     /// # Errors
     /// The database could not answer; the caller must then not forward the call.
@@ -178,70 +191,98 @@ impl IdempotencyStore {
         retry_in_doubt: bool,
         now: i64,
     ) -> Result<Claim, StoreError> {
-        // IMMEDIATE so that, when the claim is refused, the read that explains why sees the row
-        // the claim saw.
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::query(
-                "cannot start claiming the idempotency key",
-            ))?;
         // The rule: insert if absent; take over only a row with the same arguments that is in
-        // doubt or in flight under another owner, and only when the caller may retry in doubt.
-        let claimed = sqlx::query(
-            "INSERT INTO idempotency (principal, tool, key, args_digest, state, owner, result,
+        // doubt or in flight under a dead owner, and only when the caller may retry in doubt.
+        const CLAIM: &str = concat!(
+            "INSERT INTO idempotency AS i (principal, tool, key, args_digest, state, owner, result,
                  created_at, updated_at)
-             VALUES (?1, ?2, ?3, ?4, 'in_flight', ?5, NULL, ?6, ?6)
+             VALUES ($1, $2, $3, $4, 'in_flight', $5, NULL, $6, $6)
              ON CONFLICT (principal, tool, key) DO UPDATE
              SET state = 'in_flight', owner = excluded.owner, updated_at = excluded.updated_at
-             WHERE ?7
-               AND idempotency.args_digest = excluded.args_digest
-               AND (idempotency.state = 'in_doubt'
-                    OR (idempotency.state = 'in_flight' AND idempotency.owner <> excluded.owner))
-             RETURNING 1",
-        )
-        .bind(key.principal)
-        .bind(key.tool)
-        .bind(key.key)
-        .bind(args_digest)
-        .bind(owner)
-        .bind(now)
-        .bind(retry_in_doubt)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot claim the idempotency key"))?;
-        if claimed.is_some() {
-            tx.commit()
-                .await
-                .map_err(StoreError::query("cannot commit the idempotency claim"))?;
-            return Ok(Claim::Claimed);
+             WHERE $7
+               AND i.args_digest = excluded.args_digest
+               AND (i.state = 'in_doubt'
+                    OR (i.state = 'in_flight' AND i.owner <> excluded.owner
+                        AND NOT ",
+            owner_alive!("$6"),
+            "))
+             RETURNING 1"
+        );
+        const EXPLAIN: &str = concat!(
+            "SELECT i.*, ",
+            owner_alive!("$4"),
+            " AS owner_alive FROM idempotency i
+             WHERE i.principal = $1 AND i.tool = $2 AND i.key = $3"
+        );
+        // A refused claim is explained by the row as it is read after; in PostgreSQL its owner
+        // may delete it in between (a released key), and the claim is then tried again.
+        for _ in 0..3 {
+            let seen = on_db!(
+                &self.db,
+                |pool| {
+                    // SQLite: IMMEDIATE, so that the read that explains a refusal sees the row
+                    // the claim saw.
+                    let mut tx = pool.begin_write().await.map_err(StoreError::query(
+                        "cannot start claiming the idempotency key",
+                    ))?;
+                    let claimed = sqlx::query(CLAIM)
+                        .bind(key.principal)
+                        .bind(key.tool)
+                        .bind(key.key)
+                        .bind(args_digest)
+                        .bind(owner)
+                        .bind(now)
+                        .bind(retry_in_doubt)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(StoreError::query("cannot claim the idempotency key"))?;
+                    if claimed.is_some() {
+                        tx.commit()
+                            .await
+                            .map_err(StoreError::query("cannot commit the idempotency claim"))?;
+                        None
+                    } else {
+                        let row = sqlx::query(EXPLAIN)
+                            .bind(key.principal)
+                            .bind(key.tool)
+                            .bind(key.key)
+                            .bind(now)
+                            .fetch_optional(&mut *tx)
+                            .await
+                            .map_err(StoreError::query("cannot read the idempotency key"))?;
+                        // Nothing was written; ending now frees the lock for other claimers.
+                        drop(tx);
+                        match row {
+                            Some(row) => Some(Some((decode(&row)?, row.flag("owner_alive")?))),
+                            None => Some(None),
+                        }
+                    }
+                },
+                // One process owns memory's keys: another owner is never alive.
+                |tables| tables
+                    .keys
+                    .claim(key, args_digest, owner, retry_in_doubt, now)
+                    .map(|entry| Some((entry, false))),
+            );
+            let (entry, owner_alive) = match seen {
+                None => return Ok(Claim::Claimed),
+                Some(None) => continue,
+                Some(Some(seen)) => seen,
+            };
+            return Ok(if entry.args_digest != args_digest {
+                Claim::Conflict
+            } else {
+                match (entry.state, entry.result) {
+                    (State::Done, Some(result)) => Claim::Replay(result),
+                    (State::InFlight, _) if entry.owner == owner || owner_alive => Claim::InFlight,
+                    // A done row without a result is refused by the table's CHECK; were one
+                    // there anyway, nothing is known about it, which is what in doubt means.
+                    (State::InFlight | State::InDoubt | State::Done, _) => Claim::InDoubt,
+                }
+            });
         }
-
-        // Refused, so the row exists (the insert would have run otherwise).
-        let row = sqlx::query(
-            "SELECT * FROM idempotency WHERE principal = ?1 AND tool = ?2 AND key = ?3",
-        )
-        .bind(key.principal)
-        .bind(key.tool)
-        .bind(key.key)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot read the idempotency key"))?;
-        // Nothing was written; rolling back now frees the write lock for the other claimers.
-        drop(tx);
-        let entry = decode(&row)?;
-        Ok(if entry.args_digest != args_digest {
-            Claim::Conflict
-        } else {
-            match (entry.state, entry.result) {
-                (State::Done, Some(result)) => Claim::Replay(result),
-                (State::InFlight, _) if entry.owner == owner => Claim::InFlight,
-                // A done row without a result is refused by the table's CHECK; were one there
-                // anyway, nothing is known about it, which is what in doubt means.
-                (State::InFlight | State::InDoubt | State::Done, _) => Claim::InDoubt,
-            }
-        })
+        // Claimed and released under us three times in a row: nothing is known for sure.
+        Ok(Claim::InFlight)
     }
 
     /// Records the result of the call `owner` claimed: in flight under `owner` becomes done.
@@ -257,23 +298,29 @@ impl IdempotencyStore {
         result: &serde_json::Value,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE idempotency SET state = 'done', result = ?5, updated_at = ?6
-             WHERE principal = ?1 AND tool = ?2 AND key = ?3
-               AND state = 'in_flight' AND owner = ?4",
+        on_db!(
+            &self.db,
+            |pool| {
+                let done = sqlx::query(
+                    "UPDATE idempotency SET state = 'done', result = $5, updated_at = $6
+                     WHERE principal = $1 AND tool = $2 AND key = $3
+                       AND state = 'in_flight' AND owner = $4",
+                )
+                .bind(key.principal)
+                .bind(key.tool)
+                .bind(key.key)
+                .bind(owner)
+                .bind(result.to_string())
+                .bind(now)
+                .execute(pool)
+                .await
+                .map_err(StoreError::query(
+                    "cannot record the idempotent call's result",
+                ))?;
+                Ok(done.rows_affected() == 1)
+            },
+            |tables| Ok(tables.keys.complete(key, owner, result, now)),
         )
-        .bind(key.principal)
-        .bind(key.tool)
-        .bind(key.key)
-        .bind(owner)
-        .bind(result.to_string())
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::query(
-            "cannot record the idempotent call's result",
-        ))?;
-        Ok(done.rows_affected() == 1)
     }
 
     /// Deletes `owner`'s in-flight row: the upstream said the call failed, so a retry may run.
@@ -283,19 +330,25 @@ impl IdempotencyStore {
     /// The database could not answer; the key then stays claimed (a retry sees it in doubt or in
     /// flight, never runs twice).
     pub async fn release(&self, key: Key<'_>, owner: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "DELETE FROM idempotency
-             WHERE principal = ?1 AND tool = ?2 AND key = ?3
-               AND state = 'in_flight' AND owner = ?4",
+        on_db!(
+            &self.db,
+            |pool| {
+                let done = sqlx::query(
+                    "DELETE FROM idempotency
+                     WHERE principal = $1 AND tool = $2 AND key = $3
+                       AND state = 'in_flight' AND owner = $4",
+                )
+                .bind(key.principal)
+                .bind(key.tool)
+                .bind(key.key)
+                .bind(owner)
+                .execute(pool)
+                .await
+                .map_err(StoreError::query("cannot release the idempotency key"))?;
+                Ok(done.rows_affected() == 1)
+            },
+            |tables| Ok(tables.keys.release(key, owner)),
         )
-        .bind(key.principal)
-        .bind(key.tool)
-        .bind(key.key)
-        .bind(owner)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot release the idempotency key"))?;
-        Ok(done.rows_affected() == 1)
     }
 
     /// Marks `owner`'s in-flight row in doubt: the upstream died or timed out mid-call. Returns
@@ -310,43 +363,58 @@ impl IdempotencyStore {
         owner: &str,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "UPDATE idempotency SET state = 'in_doubt', updated_at = ?5
-             WHERE principal = ?1 AND tool = ?2 AND key = ?3
-               AND state = 'in_flight' AND owner = ?4",
+        on_db!(
+            &self.db,
+            |pool| {
+                let done = sqlx::query(
+                    "UPDATE idempotency SET state = 'in_doubt', updated_at = $5
+                     WHERE principal = $1 AND tool = $2 AND key = $3
+                       AND state = 'in_flight' AND owner = $4",
+                )
+                .bind(key.principal)
+                .bind(key.tool)
+                .bind(key.key)
+                .bind(owner)
+                .bind(now)
+                .execute(pool)
+                .await
+                .map_err(StoreError::query(
+                    "cannot mark the idempotency key in doubt",
+                ))?;
+                Ok(done.rows_affected() == 1)
+            },
+            |tables| Ok(tables.keys.mark_in_doubt(key, owner, now)),
         )
-        .bind(key.principal)
-        .bind(key.tool)
-        .bind(key.key)
-        .bind(owner)
-        .bind(now)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::query(
-            "cannot mark the idempotency key in doubt",
-        ))?;
-        Ok(done.rows_affected() == 1)
     }
 
     /// Keys without a recorded outcome, for metrics: `(in flight under owner, in doubt)`, where in
-    /// doubt counts the rows marked so and the rows in flight under another owner (cut off by a
-    /// crash), as [`IdempotencyStore::unresolved`] lists them. Reads only the unresolved rows (an
-    /// index), never the finished ones, however many there are.
+    /// doubt counts the rows marked so and the rows in flight under a dead owner (cut off by a
+    /// crash); a key in flight on another live replica is that replica's to count. Reads only the
+    /// unresolved rows (an index), never the finished ones, however many there are.
     ///
     /// # Errors
     /// The database could not answer.
-    pub async fn unresolved_counts(&self, owner: &str) -> Result<(u64, u64), StoreError> {
-        let (running, doubt): (i64, i64) = sqlx::query_as(
-            "SELECT coalesce(sum(state = 'in_flight' AND owner = ?1), 0),
-                    coalesce(sum(state = 'in_doubt' OR (state = 'in_flight' AND owner <> ?1)), 0)
-             FROM idempotency WHERE state <> 'done'",
-        )
-        .bind(owner)
-        .fetch_one(&self.pool)
-        .await
-        .map_err(StoreError::query(
-            "cannot count unresolved idempotency keys",
-        ))?;
+    pub async fn unresolved_counts(&self, owner: &str, now: i64) -> Result<(u64, u64), StoreError> {
+        const COUNT: &str = concat!(
+            "SELECT count(*) FILTER (WHERE i.state = 'in_flight' AND i.owner = $1),
+                    count(*) FILTER (WHERE i.state = 'in_doubt'
+                        OR (i.state = 'in_flight' AND i.owner <> $1 AND NOT ",
+            owner_alive!("$2"),
+            "))
+             FROM idempotency i WHERE i.state <> 'done'"
+        );
+        let (running, doubt): (i64, i64) = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(COUNT)
+                .bind(owner)
+                .bind(now)
+                .fetch_one(pool)
+                .await
+                .map_err(StoreError::query(
+                    "cannot count unresolved idempotency keys"
+                ))?,
+            |tables| tables.keys.unresolved_counts(owner),
+        );
         let count = |n: i64| u64::try_from(n).unwrap_or(0);
         Ok((count(running), count(doubt)))
     }
@@ -355,21 +423,27 @@ impl IdempotencyStore {
     /// rows in flight under an owner other than `owner`, oldest claim first.
     ///
     /// A command run by a person passes its own boot id, so every in-flight row is listed,
-    /// including calls the serving process is running right now (see `updated_at`).
+    /// including calls a serving process is running right now (see `updated_at`).
     ///
     /// # Errors
     /// The database could not answer; never an empty list in its place.
     pub async fn unresolved(&self, owner: &str) -> Result<Vec<Entry>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT * FROM idempotency
-             WHERE state = 'in_doubt' OR (state = 'in_flight' AND owner <> ?1)
-             ORDER BY created_at, principal, tool, key",
+        on_db!(
+            &self.db,
+            |pool| {
+                let rows = sqlx::query(
+                    "SELECT * FROM idempotency
+                     WHERE state = 'in_doubt' OR (state = 'in_flight' AND owner <> $1)
+                     ORDER BY created_at, principal, tool, key",
+                )
+                .bind(owner)
+                .fetch_all(pool)
+                .await
+                .map_err(StoreError::query("cannot list unresolved idempotency keys"))?;
+                rows.iter().map(decode).collect()
+            },
+            |tables| Ok(tables.keys.unresolved(owner)),
         )
-        .bind(owner)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot list unresolved idempotency keys"))?;
-        rows.iter().map(decode).collect()
     }
 
     /// An operator's decision after checking the upstream: forgets an unresolved key (in doubt or
@@ -381,18 +455,51 @@ impl IdempotencyStore {
     /// # Errors
     /// The database could not answer; nothing was forgotten.
     pub async fn forget(&self, principal: &str, tool: &str, key: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "DELETE FROM idempotency
-             WHERE principal = ?1 AND tool = ?2 AND key = ?3
-               AND state IN ('in_flight', 'in_doubt')",
+        on_db!(
+            &self.db,
+            |pool| {
+                let done = sqlx::query(
+                    "DELETE FROM idempotency
+                     WHERE principal = $1 AND tool = $2 AND key = $3
+                       AND state IN ('in_flight', 'in_doubt')",
+                )
+                .bind(principal)
+                .bind(tool)
+                .bind(key)
+                .execute(pool)
+                .await
+                .map_err(StoreError::query("cannot forget the idempotency key"))?;
+                Ok(done.rows_affected() == 1)
+            },
+            |tables| Ok(tables.keys.forget(Key {
+                principal,
+                tool,
+                key
+            })),
         )
-        .bind(principal)
-        .bind(tool)
-        .bind(key)
-        .execute(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot forget the idempotency key"))?;
-        Ok(done.rows_affected() == 1)
+    }
+
+    /// The row as stored, if any (for tests and operators).
+    ///
+    /// # Errors
+    /// The database could not answer.
+    pub async fn entry(&self, key: Key<'_>) -> Result<Option<Entry>, StoreError> {
+        on_db!(
+            &self.db,
+            |pool| {
+                let row = sqlx::query(
+                    "SELECT * FROM idempotency WHERE principal = $1 AND tool = $2 AND key = $3",
+                )
+                .bind(key.principal)
+                .bind(key.tool)
+                .bind(key.key)
+                .fetch_optional(pool)
+                .await
+                .map_err(StoreError::query("cannot read the idempotency key"))?;
+                row.as_ref().map(decode).transpose()
+            },
+            |tables| Ok(tables.keys.get(key)),
+        )
     }
 }
 
@@ -428,35 +535,27 @@ pub fn boot_id() -> String {
         .clone()
 }
 
-fn decode(row: &SqliteRow) -> Result<Entry, StoreError> {
+fn decode(row: &impl Columns) -> Result<Entry, StoreError> {
     let corrupt = |reason: String| StoreError::Query {
         context: "an idempotency row is corrupt",
         source: sqlx::Error::Decode(reason.into()),
     };
-    let state: String = get(row, "state")?;
+    let state = row.text("state")?;
     let state = State::parse(&state).ok_or_else(|| corrupt(format!("unknown state {state:?}")))?;
-    let result: Option<String> = get(row, "result")?;
-    let result = result
+    let result = row
+        .text_or_null("result")?
         .map(|text| serde_json::from_str(&text))
         .transpose()
         .map_err(|e| corrupt(format!("result is not JSON: {e}")))?;
     Ok(Entry {
-        principal: get(row, "principal")?,
-        tool: get(row, "tool")?,
-        key: get(row, "key")?,
-        args_digest: get(row, "args_digest")?,
+        principal: row.text("principal")?,
+        tool: row.text("tool")?,
+        key: row.text("key")?,
+        args_digest: row.text("args_digest")?,
         state,
-        owner: get(row, "owner")?,
+        owner: row.text("owner")?,
         result,
-        created_at: get(row, "created_at")?,
-        updated_at: get(row, "updated_at")?,
+        created_at: row.int("created_at")?,
+        updated_at: row.int("updated_at")?,
     })
-}
-
-fn get<'r, T>(row: &'r SqliteRow, column: &'static str) -> Result<T, StoreError>
-where
-    T: sqlx::Decode<'r, sqlx::Sqlite> + sqlx::Type<sqlx::Sqlite>,
-{
-    row.try_get(column)
-        .map_err(StoreError::query("cannot read an idempotency row"))
 }

@@ -7,8 +7,9 @@ use tokio::sync::Barrier;
 
 use super::*;
 use crate::approval::{ApprovalStore, DB_FILE, Status};
-use crate::db::{SCHEMA_V1, SCHEMA_VERSION};
+use crate::db::sqlite::{SCHEMA_V1, SCHEMA_VERSION};
 use crate::state::StateStore;
+use sqlx::sqlite::SqlitePool;
 
 const T0: i64 = 1_700_000_000_000;
 /// This process run, and the run before it (dead) or another one.
@@ -33,7 +34,7 @@ async fn row(store: &IdempotencyStore, key: Key<'_>) -> Option<Entry> {
             .bind(key.principal)
             .bind(key.tool)
             .bind(key.key)
-            .fetch_optional(&store.pool)
+            .fetch_optional(store.db.sqlite())
             .await
             .unwrap();
     row.as_ref().map(|row| decode(row).unwrap())
@@ -181,7 +182,7 @@ async fn a_dead_runs_key_is_in_doubt_until_a_retry_that_may_is_taken_over() {
         dead.claim(KEY, DIGEST, A, false, T0).await.unwrap(),
         Claim::Claimed
     );
-    dead.pool.close().await;
+    dead.db.sqlite().close().await;
     drop(dead);
 
     let store = IdempotencyStore::open(dir.path()).await.unwrap();
@@ -533,11 +534,11 @@ async fn the_store_beside_the_approval_queue_shares_its_file() {
 async fn a_fresh_file_gets_every_table_at_the_current_version() {
     let dir = tempfile::tempdir().unwrap();
     let store = IdempotencyStore::open(dir.path()).await.unwrap();
-    assert_eq!(user_version(&store.pool).await, SCHEMA_VERSION);
-    assert_eq!(SCHEMA_VERSION, 5);
+    assert_eq!(user_version(store.db.sqlite()).await, SCHEMA_VERSION);
+    assert_eq!(SCHEMA_VERSION, 6);
     let tables: Vec<(String,)> =
         sqlx::query_as("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
-            .fetch_all(&store.pool)
+            .fetch_all(store.db.sqlite())
             .await
             .unwrap();
     let tables: Vec<&str> = tables.iter().map(|(name,)| name.as_str()).collect();
@@ -554,7 +555,8 @@ async fn a_fresh_file_gets_every_table_at_the_current_version() {
             "console_sessions",
             "idempotency",
             "killswitch",
-            "killswitch_principals"
+            "killswitch_principals",
+            "toolgate_owners"
         ]
     );
 }
@@ -596,7 +598,7 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
 
     // Several processes of the new version open it at once: one upgrades, all agree.
     let upgraded = stores(dir.path(), 8).await;
-    assert_eq!(user_version(&upgraded[5].pool).await, SCHEMA_VERSION);
+    assert_eq!(user_version(upgraded[5].db.sqlite()).await, SCHEMA_VERSION);
     assert_eq!(
         upgraded[3].claim(KEY, DIGEST, A, false, T0).await.unwrap(),
         Claim::Claimed
@@ -624,18 +626,18 @@ async fn a_version_1_file_is_upgraded_in_place_and_keeps_its_rows() {
 async fn a_file_of_a_newer_version_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let store = IdempotencyStore::open(dir.path()).await.unwrap();
-    assert_eq!(SCHEMA_VERSION, 5);
-    sqlx::query("PRAGMA user_version = 6")
-        .execute(&store.pool)
+    assert_eq!(SCHEMA_VERSION, 6);
+    sqlx::query("PRAGMA user_version = 7")
+        .execute(store.db.sqlite())
         .await
         .unwrap();
-    store.pool.close().await;
+    store.db.sqlite().close().await;
     let err = IdempotencyStore::open(dir.path()).await.unwrap_err();
     assert!(
         matches!(
             err,
             StoreError::SchemaTooNew {
-                found: 6,
+                found: 7,
                 supported: SCHEMA_VERSION,
                 ..
             }
@@ -658,7 +660,7 @@ fn the_boot_id_is_one_per_process_and_random_looking() {
 async fn unresolved_counts_tell_running_keys_from_those_in_doubt() {
     let dir = tempfile::tempdir().unwrap();
     let store = IdempotencyStore::open(dir.path()).await.unwrap();
-    assert_eq!(store.unresolved_counts(A).await.unwrap(), (0, 0));
+    assert_eq!(store.unresolved_counts(A, T0).await.unwrap(), (0, 0));
     for (k, owner) in [("running", A), ("marked", A), ("done", A), ("cut-off", B)] {
         assert_eq!(
             store.claim(key(k), DIGEST, owner, false, T0).await.unwrap(),
@@ -673,7 +675,7 @@ async fn unresolved_counts_tell_running_keys_from_those_in_doubt() {
             .unwrap()
     );
     // Ours running; the one marked and the one a dead run left in flight are in doubt.
-    assert_eq!(store.unresolved_counts(A).await.unwrap(), (1, 2));
+    assert_eq!(store.unresolved_counts(A, T0).await.unwrap(), (1, 2));
     // Seen from B's run: its own row is running, A's in-flight row is in doubt.
-    assert_eq!(store.unresolved_counts(B).await.unwrap(), (1, 2));
+    assert_eq!(store.unresolved_counts(B, T0).await.unwrap(), (1, 2));
 }

@@ -15,8 +15,8 @@ mod tests;
 use std::path::Path;
 
 use serde_json::Value;
-use sqlx::sqlite::SqlitePool;
 
+use crate::db::{Db, Location, on_db};
 use crate::error::StoreError;
 
 /// Where a run stands.
@@ -111,10 +111,15 @@ pub struct Progress<'a> {
     pub outcome: Option<&'a str>,
 }
 
-/// The runs in `dir/toolgate.db`; cheap to clone.
+/// The runs in the shared database (SQLite or PostgreSQL); cheap to clone.
 #[derive(Clone, Debug)]
 pub struct RunStore {
-    pool: SqlitePool,
+    db: Db,
+}
+
+/// What a run store on the in-memory backend answers: a paused run must outlive its process.
+fn in_memory() -> StoreError {
+    StoreError::NotInMemory { what: "agent runs" }
 }
 
 type Row = (
@@ -149,7 +154,7 @@ impl RunStore {
     /// The directory or database cannot be used, or was written by a newer toolgate.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
         Ok(Self {
-            pool: crate::db::open_pool(dir).await?,
+            db: Location::Dir(dir.to_owned()).open().await?,
         })
     }
 
@@ -157,7 +162,7 @@ impl RunStore {
     #[must_use]
     pub fn beside(approvals: &crate::approval::ApprovalStore) -> Self {
         Self {
-            pool: approvals.pool().clone(),
+            db: approvals.db().clone(),
         }
     }
 
@@ -173,19 +178,26 @@ impl RunStore {
         state: &Value,
         now: i64,
     ) -> Result<Run, StoreError> {
-        let inserted = sqlx::query(
+        let inserted = on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query(
             "INSERT INTO agent_runs (id, agent, status, input, state, steps, created_at, updated_at)
-             VALUES (?1, ?2, 'running', ?3, ?4, 0, ?5, ?5) ON CONFLICT (id) DO NOTHING",
+             VALUES ($1, $2, 'running', $3, $4, 0, $5, $5) ON CONFLICT (id) DO NOTHING",
         )
         .bind(id)
         .bind(agent)
         .bind(input)
         .bind(state.to_string())
         .bind(now)
-        .execute(&self.pool)
+        .execute(pool)
         .await
-        .map_err(StoreError::query("cannot create the run"))?;
-        if inserted.rows_affected() == 0 {
+        .map_err(StoreError::query("cannot create the run"))?
+        .rows_affected()
+            },
+            |_tables| return Err(in_memory()),
+        );
+        if inserted == 0 {
             return Err(StoreError::RunExists { id: id.to_owned() });
         }
         self.get(id).await?.ok_or_else(|| StoreError::RunCorrupt {
@@ -207,10 +219,13 @@ impl RunStore {
         let approval = progress
             .approval_id
             .filter(|_| progress.status == RunStatus::Paused);
-        let saved = sqlx::query(
+        let saved = on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query(
             "UPDATE agent_runs
-             SET status = ?2, approval_id = ?3, state = ?4, steps = ?5, outcome = ?6, updated_at = ?7
-             WHERE id = ?1 AND status NOT IN ('finished', 'aborted')",
+             SET status = $2, approval_id = $3, state = $4, steps = $5, outcome = $6, updated_at = $7
+             WHERE id = $1 AND status NOT IN ('finished', 'aborted')",
         )
         .bind(id)
         .bind(progress.status.as_str())
@@ -219,10 +234,14 @@ impl RunStore {
         .bind(i64::from(progress.steps))
         .bind(progress.outcome)
         .bind(now)
-        .execute(&self.pool)
+        .execute(pool)
         .await
-        .map_err(StoreError::query("cannot save the run"))?;
-        Ok(saved.rows_affected() == 1)
+        .map_err(StoreError::query("cannot save the run"))?
+        .rows_affected()
+            },
+            |_tables| return Err(in_memory()),
+        );
+        Ok(saved == 1)
     }
 
     /// Run `id`, if there is one.
@@ -230,11 +249,15 @@ impl RunStore {
     /// # Errors
     /// The database did not answer, or the row cannot be read.
     pub async fn get(&self, id: &str) -> Result<Option<Run>, StoreError> {
-        let row: Option<Row> = sqlx::query_as(select!("WHERE id = ?1"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::query("cannot read the run"))?;
+        let row: Option<Row> = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(select!("WHERE id = $1"))
+                .bind(id)
+                .fetch_optional(pool)
+                .await
+                .map_err(StoreError::query("cannot read the run"))?,
+            |_tables| return Err(in_memory()),
+        );
         row.map(from_row).transpose()
     }
 
@@ -243,11 +266,15 @@ impl RunStore {
     /// # Errors
     /// The database did not answer, or a row cannot be read.
     pub async fn list(&self, limit: u32) -> Result<Vec<Run>, StoreError> {
-        let rows: Vec<Row> = sqlx::query_as(select!("ORDER BY seq DESC LIMIT ?1"))
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::query("cannot list the runs"))?;
+        let rows: Vec<Row> = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(select!("ORDER BY seq DESC LIMIT $1"))
+                .bind(i64::from(limit))
+                .fetch_all(pool)
+                .await
+                .map_err(StoreError::query("cannot list the runs"))?,
+            |_tables| return Err(in_memory()),
+        );
         rows.into_iter().map(from_row).collect()
     }
 }

@@ -1,16 +1,17 @@
 //! Gate-wide state that must hold across processes and restarts: the kill switch (for everyone,
 //! and for one principal such as an agent) and the per-principal budget of medium-tier calls.
 //!
-//! Owns the `killswitch`, `killswitch_principals` and `budget_charges` tables of `toolgate.db` (the same file as the
-//! approval queue, opened through the same code). It does not decide what the switch stops or
+//! Owns the `killswitch`, `killswitch_principals` and `budget_charges` tables of the database the
+//! approval queue is in (opened through the same code). It does not decide what the switch stops or
 //! what the budget allows: the gate and the policy do, and a read error here must stop gated
 //! calls (fail closed), never count as "switch off" or "within budget".
 //!
 //! Design decision: the budget is a sliding window of one row per counted call, and the check
-//! and the count are one `INSERT … SELECT … WHERE (count) < limit`. SQLite runs a write statement
-//! under its one write lock, so the count it tests is the count it extends: concurrent chargers in
-//! several processes can never together pass the limit, which a read in Rust followed by an insert
-//! could.
+//! and the count are one `INSERT … SELECT … WHERE (count) < limit`, run while the principal's
+//! chargers take turns (SQLite's one write lock; in PostgreSQL, whose snapshots would let two
+//! inserts count the same rows, an advisory lock per principal), so the count it tests is the count
+//! it extends: concurrent chargers in several processes or replicas can never together pass the
+//! limit, which a read in Rust followed by an insert could.
 
 #[cfg(test)]
 mod tests;
@@ -21,9 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::SystemTime;
 
-use sqlx::sqlite::SqlitePool;
+use std::time::{Duration, Instant};
 
+use crate::db::{Db, Location, WritePool, on_db};
 use crate::error::StoreError;
+
+pub(crate) mod memory;
 
 /// Charges older than this are pruned only if they are also outside the caller's window, so a
 /// policy reload that lengthens a short window still sees the last day of charges.
@@ -40,18 +44,42 @@ pub struct KillSwitch {
     pub changed_at: Option<i64>,
 }
 
-/// Kill switch and budgets in `dir/toolgate.db`; cheap to clone.
+/// Kill switch and budgets in the shared database; cheap to clone.
 #[derive(Clone, Debug)]
 pub struct StateStore {
-    pool: SqlitePool,
-    /// `dir/killswitch.stamp`, rewritten after every change of the switch.
-    stamp: PathBuf,
-    /// The switches as last read, with the stamp they were read under.
+    db: Db,
+    /// How a change of the switches made elsewhere is noticed.
+    watch: Watch,
+    /// The switches as last read, with when (or under which stamp) they were read.
     cached: Arc<Mutex<Option<Cached>>>,
 }
 
-/// The switches as read under one stamp.
-type Cached = (Stamp, Arc<Switches>);
+/// How the gate learns that a switch changed without querying on every call.
+#[derive(Clone, Debug)]
+enum Watch {
+    /// SQLite: `dir/killswitch.stamp`, rewritten after every change of the switch, so a `stat`
+    /// (~1 µs) says whether to query (~25 µs). Every process on the data directory sees it.
+    Stamp(PathBuf),
+    /// PostgreSQL: replicas on other machines share no file, so the switches are read again once
+    /// this much time has passed since the last read; a change reaches every replica within it.
+    Every(Duration),
+    /// Memory: read every time (it costs a lock).
+    Always,
+}
+
+/// How long a PostgreSQL replica trusts the switches it read: a switch set through one replica
+/// stops calls on every replica within this time (the issue asks for one second).
+pub const REPLICA_REFRESH: Duration = Duration::from_millis(250);
+
+/// The switches as read at one moment.
+type Cached = (Seen, Arc<Switches>);
+
+/// When switches were read: under which stamp, or at which instant.
+#[derive(Debug, PartialEq, Eq)]
+enum Seen {
+    Stamp(Stamp),
+    At(Instant),
+}
 
 /// Every switch that is on, as read together.
 #[derive(Debug, Default)]
@@ -93,7 +121,7 @@ impl StateStore {
     /// # Errors
     /// The database could not answer.
     pub async fn answers(&self) -> Result<(), StoreError> {
-        crate::db::answers(&self.pool).await
+        self.db.answers().await
     }
 
     /// Opens (creating if needed) `dir/toolgate.db`, creating or upgrading its schema, with a
@@ -105,11 +133,11 @@ impl StateStore {
     /// used; [`StoreError::SchemaTooNew`]: the file was written by a newer toolgate;
     /// [`StoreError::Stamp`]: the stamp cannot be created.
     pub async fn open(dir: &Path) -> Result<Self, StoreError> {
-        Self::with_pool(dir, crate::db::open_pool(dir).await?)
+        Self::with_db(dir, Location::Dir(dir.to_owned()).open().await?)
     }
 
-    /// The state store over the approval queue's connections (one pool per process is enough);
-    /// `dir` is the data directory the queue was opened in, where the stamp lives.
+    /// The state store over the approval queue's database and connections; `dir` is the data
+    /// directory the queue was opened in, where the stamp lives when that database is SQLite.
     ///
     /// # Errors
     /// [`StoreError::Stamp`]: the kill switch stamp cannot be created.
@@ -117,29 +145,37 @@ impl StateStore {
         approvals: &crate::approval::ApprovalStore,
         dir: &Path,
     ) -> Result<Self, StoreError> {
-        Self::with_pool(dir, approvals.pool().clone())
+        Self::with_db(dir, approvals.db().clone())
     }
 
-    fn with_pool(dir: &Path, pool: SqlitePool) -> Result<Self, StoreError> {
-        let stamp = dir.join(KILLSWITCH_STAMP);
-        if !stamp.exists() {
-            // Without a stamp every call would query the database.
-            std::fs::write(&stamp, "0\n").map_err(|source| StoreError::Stamp {
-                path: stamp.clone(),
-                source,
-            })?;
-        }
+    fn with_db(dir: &Path, db: Db) -> Result<Self, StoreError> {
+        let watch = match &db {
+            Db::Sqlite(_) => {
+                let stamp = dir.join(KILLSWITCH_STAMP);
+                if !stamp.exists() {
+                    // Without a stamp every call would query the database.
+                    std::fs::write(&stamp, "0\n").map_err(|source| StoreError::Stamp {
+                        path: stamp.clone(),
+                        source,
+                    })?;
+                }
+                Watch::Stamp(stamp)
+            }
+            Db::Postgres(_) => Watch::Every(REPLICA_REFRESH),
+            Db::Memory(_) => Watch::Always,
+        };
         Ok(Self {
-            pool,
-            stamp,
+            db,
+            watch,
             cached: Arc::new(Mutex::new(None)),
         })
     }
 
     /// Whether the switch is on, for the gate's check on every call. The database is read only
-    /// when the stamp file changed since the last read (a `stat`, ~1 µs, instead of a query,
-    /// ~25 µs); `set_killswitch` rewrites the stamp after it commits and before it returns, so a
-    /// call that starts after `toolgate killswitch on` has returned always sees the switch on.
+    /// after a change may have happened: on SQLite when the stamp file changed since the last
+    /// read (`set_killswitch` rewrites it after it commits and before it returns, so a call that
+    /// starts after `toolgate killswitch on` has returned always sees the switch on); on
+    /// PostgreSQL once [`REPLICA_REFRESH`] has passed since the last read.
     ///
     /// # Errors
     /// The database could not answer; the caller must then treat the switch as on.
@@ -163,19 +199,38 @@ impl StateStore {
         })
     }
 
-    /// Every switch, from the cache while the stamp file is unchanged.
+    /// What says whether the cached switches still hold: the stamp now, or the instant.
+    fn seen_now(&self) -> Option<Seen> {
+        match &self.watch {
+            Watch::Stamp(path) => std::fs::metadata(path).ok().map(|m| {
+                Seen::Stamp((
+                    m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    m.len(),
+                    m.ino(),
+                ))
+            }),
+            Watch::Every(_) => Some(Seen::At(Instant::now())),
+            Watch::Always => None,
+        }
+    }
+
+    /// Whether switches read when `then` still hold when `now`.
+    fn still_holds(&self, then: &Seen, now: &Seen) -> bool {
+        match (&self.watch, then, now) {
+            (Watch::Every(fresh), Seen::At(then), Seen::At(now)) => {
+                now.saturating_duration_since(*then) < *fresh
+            }
+            _ => then == now,
+        }
+    }
+
+    /// Every switch, from the cache while it still holds.
     async fn switches(&self) -> Result<Arc<Switches>, StoreError> {
-        let stamp = std::fs::metadata(&self.stamp).ok().map(|m| {
-            (
-                m.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                m.len(),
-                m.ino(),
-            )
-        });
-        if let Some(stamp) = stamp
-            && let Some((seen, switches)) =
+        let seen = self.seen_now();
+        if let Some(seen) = &seen
+            && let Some((then, switches)) =
                 &*self.cached.lock().unwrap_or_else(PoisonError::into_inner)
-            && *seen == stamp
+            && self.still_holds(then, seen)
         {
             return Ok(Arc::clone(switches));
         }
@@ -188,9 +243,9 @@ impl StateStore {
                 .map(|s| s.principal)
                 .collect(),
         });
-        if let Some(stamp) = stamp {
+        if let Some(seen) = seen {
             *self.cached.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some((stamp, Arc::clone(&switches)));
+                Some((seen, Arc::clone(&switches)));
         }
         Ok(switches)
     }
@@ -200,15 +255,19 @@ impl StateStore {
     /// # Errors
     /// The database could not answer.
     pub async fn principal_switches(&self) -> Result<Vec<PrincipalSwitch>, StoreError> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT principal, changed_by, changed_at FROM killswitch_principals
-             ORDER BY changed_at, principal",
-        )
-        .fetch_all(&self.pool)
-        .await
-        .map_err(StoreError::query(
-            "cannot read the principals' kill switches",
-        ))?;
+        let rows: Vec<(String, String, i64)> = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(
+                "SELECT principal, changed_by, changed_at FROM killswitch_principals
+                 ORDER BY changed_at, principal",
+            )
+            .fetch_all(pool)
+            .await
+            .map_err(StoreError::query(
+                "cannot read the principals' kill switches"
+            ))?,
+            |tables| tables.state.principal_switches(),
+        );
         Ok(rows
             .into_iter()
             .map(|(principal, changed_by, changed_at)| PrincipalSwitch {
@@ -220,7 +279,7 @@ impl StateStore {
     }
 
     /// Turns `principal`'s own switch on or off; `true` when that changed its state. Every
-    /// server on the data directory obeys from its next call, as for the switch for everyone.
+    /// server on the database obeys from its next call, as for the switch for everyone.
     ///
     /// # Errors
     /// The database could not answer; the switch may or may not have changed.
@@ -231,37 +290,44 @@ impl StateStore {
         by: &str,
         now: i64,
     ) -> Result<bool, StoreError> {
-        let changed = if on {
-            sqlx::query(
-                "INSERT INTO killswitch_principals (principal, changed_by, changed_at)
-                 VALUES (?1, ?2, ?3) ON CONFLICT (principal) DO NOTHING",
-            )
-            .bind(principal)
-            .bind(by)
-            .bind(now)
-            .execute(&self.pool)
-            .await
-        } else {
-            sqlx::query("DELETE FROM killswitch_principals WHERE principal = ?1")
+        let changed = on_db!(
+            &self.db,
+            |pool| if on {
+                sqlx::query(
+                    "INSERT INTO killswitch_principals (principal, changed_by, changed_at)
+                     VALUES ($1, $2, $3) ON CONFLICT (principal) DO NOTHING",
+                )
                 .bind(principal)
-                .execute(&self.pool)
+                .bind(by)
+                .bind(now)
+                .execute(pool)
                 .await
-        }
-        .map_err(StoreError::query("cannot change a principal's kill switch"))?;
+            } else {
+                sqlx::query("DELETE FROM killswitch_principals WHERE principal = $1")
+                    .bind(principal)
+                    .execute(pool)
+                    .await
+            }
+            .map_err(StoreError::query("cannot change a principal's kill switch"))?
+            .rows_affected()
+                == 1,
+            |tables| tables.state.set_principal(principal, on, by, now),
+        );
         self.restamp(now, &format!("{principal} {on}"))?;
-        Ok(changed.rows_affected() == 1)
+        Ok(changed)
     }
 
-    /// Renames a new stamp into place (a new inode), so that every server re-reads the switches
-    /// on its next call.
+    /// Renames a new stamp into place (a new inode), so that every server on the data directory
+    /// re-reads the switches on its next call. Nothing to do where there is no stamp.
     fn restamp(&self, now: i64, what: &str) -> Result<(), StoreError> {
-        let fresh = self
-            .stamp
-            .with_extension(format!("stamp.{}", uuid_like(now)));
+        let Watch::Stamp(stamp) = &self.watch else {
+            return Ok(());
+        };
+        let fresh = stamp.with_extension(format!("stamp.{}", uuid_like(now)));
         std::fs::write(&fresh, format!("{now} {what}\n"))
-            .and_then(|()| std::fs::rename(&fresh, &self.stamp))
+            .and_then(|()| std::fs::rename(&fresh, stamp))
             .map_err(|source| StoreError::Stamp {
-                path: self.stamp.clone(),
+                path: stamp.clone(),
                 source,
             })
     }
@@ -271,13 +337,18 @@ impl StateStore {
     /// # Errors
     /// The database could not answer; the caller must then treat the switch as on.
     pub async fn killswitch(&self) -> Result<KillSwitch, StoreError> {
-        let (engaged, changed_by, changed_at): (bool, Option<String>, Option<i64>) =
-            sqlx::query_as("SELECT engaged, changed_by, changed_at FROM killswitch WHERE id = 1")
-                .fetch_one(&self.pool)
-                .await
-                .map_err(StoreError::query("cannot read the kill switch"))?;
+        let (on, changed_by, changed_at): (bool, Option<String>, Option<i64>) = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(
+                "SELECT engaged, changed_by, changed_at FROM killswitch WHERE id = 1",
+            )
+            .fetch_one(pool)
+            .await
+            .map_err(StoreError::query("cannot read the kill switch"))?,
+            |tables| tables.state.killswitch(),
+        );
         Ok(KillSwitch {
-            on: engaged,
+            on,
             changed_by,
             changed_at,
         })
@@ -294,32 +365,40 @@ impl StateStore {
         by: &str,
         now: i64,
     ) -> Result<KillSwitch, StoreError> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::query("cannot start changing the kill switch"))?;
-        sqlx::query(
-            "INSERT INTO killswitch (id, engaged, changed_by, changed_at) VALUES (1, ?1, ?2, ?3)
-             ON CONFLICT (id) DO UPDATE
-             SET engaged = excluded.engaged, changed_by = excluded.changed_by,
-                 changed_at = excluded.changed_at
-             WHERE engaged <> excluded.engaged",
-        )
-        .bind(on)
-        .bind(by)
-        .bind(now)
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot change the kill switch"))?;
-        let (engaged, changed_by, changed_at): (bool, Option<String>, Option<i64>) =
-            sqlx::query_as("SELECT engaged, changed_by, changed_at FROM killswitch WHERE id = 1")
+        let (engaged, changed_by, changed_at): (bool, Option<String>, Option<i64>) = on_db!(
+            &self.db,
+            |pool| {
+                let mut tx = pool
+                    .begin_write()
+                    .await
+                    .map_err(StoreError::query("cannot start changing the kill switch"))?;
+                sqlx::query(
+                    "INSERT INTO killswitch (id, engaged, changed_by, changed_at)
+                         VALUES (1, $1, $2, $3)
+                         ON CONFLICT (id) DO UPDATE
+                         SET engaged = excluded.engaged, changed_by = excluded.changed_by,
+                             changed_at = excluded.changed_at
+                         WHERE killswitch.engaged <> excluded.engaged",
+                )
+                .bind(on)
+                .bind(by)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot change the kill switch"))?;
+                let row = sqlx::query_as(
+                    "SELECT engaged, changed_by, changed_at FROM killswitch WHERE id = 1",
+                )
                 .fetch_one(&mut *tx)
                 .await
                 .map_err(StoreError::query("cannot read the kill switch"))?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("cannot commit the kill switch"))?;
+                tx.commit()
+                    .await
+                    .map_err(StoreError::query("cannot commit the kill switch"))?;
+                row
+            },
+            |tables| tables.state.set_killswitch(on, by, now),
+        );
         self.restamp(now, &engaged.to_string())?;
         Ok(KillSwitch {
             on: engaged,
@@ -344,36 +423,48 @@ impl StateStore {
         window_ms: i64,
         now: i64,
     ) -> Result<bool, StoreError> {
-        // One transaction for the prune and the charge: one commit, so one sync, per call.
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(StoreError::query("cannot start charging the budget"))?;
-        sqlx::query("DELETE FROM budget_charges WHERE principal = ?1 AND at <= ?2 - max(?3, ?4)")
-            .bind(principal)
-            .bind(now)
-            .bind(window_ms)
-            .bind(PRUNE_HORIZON_MS)
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::query("cannot prune old budget charges"))?;
-        let charged = sqlx::query(
-            "INSERT INTO budget_charges (principal, at)
-             SELECT ?1, ?2
-             WHERE (SELECT count(*) FROM budget_charges WHERE principal = ?1 AND at > ?2 - ?3) < ?4",
+        let keep_from = now - window_ms.max(PRUNE_HORIZON_MS);
+        on_db!(
+            &self.db,
+            |pool| {
+                // One transaction for the prune and the charge: one commit, so one sync, per
+                // call. Chargers of one principal take turns (PostgreSQL: an advisory lock;
+                // SQLite: the write lock), so the count the insert tests is the count it extends.
+                let mut tx = pool
+                    .begin_write()
+                    .await
+                    .map_err(StoreError::query("cannot start charging the budget"))?;
+                pool.serialise(&mut tx, &format!("toolgate.budget:{principal}"))
+                    .await
+                    .map_err(StoreError::query("cannot start charging the budget"))?;
+                sqlx::query("DELETE FROM budget_charges WHERE principal = $1 AND at <= $2")
+                    .bind(principal)
+                    .bind(keep_from)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(StoreError::query("cannot prune old budget charges"))?;
+                let charged = sqlx::query(
+                    "INSERT INTO budget_charges (principal, at)
+                     SELECT $1, $2
+                     WHERE (SELECT count(*) FROM budget_charges
+                            WHERE principal = $1 AND at > $2 - $3) < $4",
+                )
+                .bind(principal)
+                .bind(now)
+                .bind(window_ms)
+                .bind(i64::from(limit))
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::query("cannot charge the budget"))?;
+                tx.commit()
+                    .await
+                    .map_err(StoreError::query("cannot commit the budget charge"))?;
+                Ok(charged.rows_affected() == 1)
+            },
+            |tables| Ok(tables
+                .state
+                .charge(principal, limit, window_ms, keep_from, now)),
         )
-        .bind(principal)
-        .bind(now)
-        .bind(window_ms)
-        .bind(i64::from(limit))
-        .execute(&mut *tx)
-        .await
-        .map_err(StoreError::query("cannot charge the budget"))?;
-        tx.commit()
-            .await
-            .map_err(StoreError::query("cannot commit the budget charge"))?;
-        Ok(charged.rows_affected() == 1)
     }
 }
 

@@ -25,7 +25,7 @@ async fn the_kill_switch_starts_off_and_persists_across_reopen() {
         changed_at: Some(T0),
     };
     assert_eq!(on, expected);
-    store.pool.close().await;
+    store.db.sqlite().close().await;
     drop(store);
 
     let store = StateStore::open(dir.path()).await.unwrap();
@@ -146,7 +146,7 @@ async fn old_charges_are_pruned() {
     );
     let (left,): (i64,) =
         sqlx::query_as("SELECT count(*) FROM budget_charges WHERE principal = 'agent:a'")
-            .fetch_one(&store.pool)
+            .fetch_one(store.db.sqlite())
             .await
             .unwrap();
     assert_eq!(left, 1);

@@ -14,10 +14,9 @@ mod tests;
 
 use std::fmt;
 
-use serde_json::Value;
-use sqlx::sqlite::SqlitePool;
-
+use crate::db::{Db, on_db};
 use crate::error::StoreError;
+use serde_json::Value;
 
 /// Where a task is in its life (the extension's statuses but `input_required`, which a task that
 /// waits for a person never needs).
@@ -104,18 +103,23 @@ pub struct Task {
     pub expires_at: i64,
 }
 
-/// The tasks in `dir/toolgate.db`; cheap to clone.
+/// The tasks in the shared database (SQLite or PostgreSQL); cheap to clone.
 #[derive(Clone, Debug)]
 pub struct TaskStore {
-    pool: SqlitePool,
+    db: Db,
+}
+
+/// What a task store on the in-memory backend answers: tasks outlive a restart, memory does not.
+fn in_memory() -> StoreError {
+    StoreError::NotInMemory { what: "tasks" }
 }
 
 impl TaskStore {
-    /// The task store over the approval queue's connections.
+    /// The task store over the approval queue's database and connections.
     #[must_use]
     pub fn beside(approvals: &crate::approval::ApprovalStore) -> Self {
         Self {
-            pool: approvals.pool().clone(),
+            db: approvals.db().clone(),
         }
     }
 
@@ -125,15 +129,18 @@ impl TaskStore {
     /// # Errors
     /// The database could not answer (then there is no task, and the call must not say there is).
     pub async fn create(&self, new: &NewTask, now: i64) -> Result<Task, StoreError> {
-        sqlx::query("DELETE FROM approval_tasks WHERE expires_at <= ?1")
-            .bind(now)
-            .execute(&self.pool)
-            .await
-            .map_err(StoreError::query("cannot forget expired tasks"))?;
-        sqlx::query(
+        on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query("DELETE FROM approval_tasks WHERE expires_at <= $1")
+                    .bind(now)
+                    .execute(pool)
+                    .await
+                    .map_err(StoreError::query("cannot forget expired tasks"))?;
+                sqlx::query(
             "INSERT INTO approval_tasks (id, principal, tool, arguments, approval_id, status,
                  created_at, updated_at, expires_at)
-             VALUES (?1, ?2, ?3, ?4, ?5, 'working', ?6, ?6, ?7)",
+             VALUES ($1, $2, $3, $4, $5, 'working', $6, $6, $7)",
         )
         .bind(&new.id)
         .bind(&new.principal)
@@ -142,9 +149,12 @@ impl TaskStore {
         .bind(&new.approval_id)
         .bind(now)
         .bind(new.expires_at)
-        .execute(&self.pool)
+        .execute(pool)
         .await
         .map_err(StoreError::query("cannot record the task"))?;
+            },
+            |_tables| return Err(in_memory()),
+        );
         Ok(Task {
             id: new.id.clone(),
             principal: new.principal.clone(),
@@ -170,17 +180,21 @@ impl TaskStore {
         principal: &str,
         now: i64,
     ) -> Result<Option<Task>, StoreError> {
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT id, principal, tool, arguments, approval_id, status, outcome, created_at,
+        let row: Option<Row> = on_db!(
+            &self.db,
+            |pool| sqlx::query_as(
+                "SELECT id, principal, tool, arguments, approval_id, status, outcome, created_at,
                     updated_at, expires_at
-             FROM approval_tasks WHERE id = ?1 AND principal = ?2 AND expires_at > ?3",
-        )
-        .bind(id)
-        .bind(principal)
-        .bind(now)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(StoreError::query("cannot read the task"))?;
+             FROM approval_tasks WHERE id = $1 AND principal = $2 AND expires_at > $3",
+            )
+            .bind(id)
+            .bind(principal)
+            .bind(now)
+            .fetch_optional(pool)
+            .await
+            .map_err(StoreError::query("cannot read the task"))?,
+            |_tables| return Err(in_memory()),
+        );
         row.map(decode).transpose()
     }
 
@@ -198,18 +212,25 @@ impl TaskStore {
         outcome: Option<&Value>,
         now: i64,
     ) -> Result<Task, StoreError> {
-        sqlx::query(
-            "UPDATE approval_tasks SET status = ?3, outcome = ?4, arguments = '{}', updated_at = ?5
-             WHERE id = ?1 AND principal = ?2 AND status = 'working'",
+        on_db!(
+            &self.db,
+            |pool| {
+                sqlx::query(
+            "UPDATE approval_tasks SET status = $3, outcome = $4, arguments = '{}', updated_at = $5
+             WHERE id = $1 AND principal = $2 AND status = 'working'",
         )
         .bind(id)
         .bind(principal)
         .bind(status.as_str())
         .bind(outcome.map(Value::to_string))
         .bind(now)
-        .execute(&self.pool)
+        .execute(pool)
         .await
-        .map_err(StoreError::query("cannot end the task"))?;
+        .map_err(StoreError::query("cannot end the task"))
+        .map(drop)?
+            },
+            |_tables| return Err(in_memory()),
+        );
         self.get(id, principal, now)
             .await?
             .ok_or_else(|| StoreError::NoTask { id: id.to_owned() })

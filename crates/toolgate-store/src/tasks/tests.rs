@@ -83,7 +83,7 @@ async fn a_task_past_its_time_is_gone() {
     // The next task forgets it for good.
     store.create(&new_task("tgt_new"), T0 + DAY).await.unwrap();
     let (left,): (i64,) = sqlx::query_as("SELECT count(*) FROM approval_tasks")
-        .fetch_one(&store.pool)
+        .fetch_one(store.db.sqlite())
         .await
         .unwrap();
     assert_eq!(left, 1);

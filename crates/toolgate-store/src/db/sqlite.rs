@@ -1,5 +1,4 @@
-//! The SQLite database shared by the approval queue, the kill switch, the medium budget and the
-//! idempotency keys.
+//! The SQLite backend: `toolgate.db` in the data directory, the embedded default for one server.
 //!
 //! Owns the file (`toolgate.db` in the data directory), its connection settings and its schema.
 //! It must not hold any rule of its own: the rules live in the statements of [`crate::approval`],
@@ -34,7 +33,9 @@ pub const DB_FILE: &str = "toolgate.db";
 const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Migration `i` takes a file from `user_version` `i` to `i + 1`, and ends by writing that version.
-const MIGRATIONS: [&str; 5] = [SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5];
+const MIGRATIONS: [&str; 6] = [
+    SCHEMA_V1, SCHEMA_V2, SCHEMA_V3, SCHEMA_V4, SCHEMA_V5, SCHEMA_V6,
+];
 
 /// The `user_version` of a file whose schema is complete: the number of migrations.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -224,6 +225,19 @@ CREATE TABLE approval_tasks (
 ) WITHOUT ROWID;
 
 PRAGMA user_version = 5;
+";
+
+/// Issue 15: the leases of process runs that claim idempotency keys, which PostgreSQL's replicas
+/// renew (see [`crate::db::postgres`]). One serving process owns a data directory, so nothing
+/// renews a lease here and the table stays empty: every other owner reads as dead, as before,
+/// and the idempotency rules are one statement text for both databases.
+const SCHEMA_V6: &str = "
+CREATE TABLE toolgate_owners (
+    owner       TEXT    PRIMARY KEY,
+    alive_until INTEGER NOT NULL
+) WITHOUT ROWID;
+
+PRAGMA user_version = 6;
 ";
 
 /// Opens (creating if needed) `dir/toolgate.db` with its schema.
