@@ -66,6 +66,8 @@ pub(crate) struct RunsArgs {
     /// The data directory (where toolgate.db lives).
     #[arg(long, value_name = "DIR", default_value = ".")]
     data: PathBuf,
+    #[command(flatten)]
+    store: crate::store::StoreArgs,
     /// At most this many runs, newest first.
     #[arg(long, default_value_t = 50)]
     limit: u32,
@@ -242,9 +244,7 @@ fn finish(report: &Report, args: &AgentArgs) -> ExitCode {
 }
 
 async fn list(args: &RunsArgs) -> anyhow::Result<ExitCode> {
-    let store = RunStore::open(&args.data)
-        .await
-        .with_context(|| format!("cannot open the run store in {}", args.data.display()))?;
+    let store = RunStore::beside(&args.store.approvals(&args.data).await?);
     let runs = store
         .list(args.limit)
         .await

@@ -21,6 +21,8 @@ pub(crate) struct Args {
     /// The server's data directory (where toolgate.db lives).
     #[arg(long, value_name = "DIR", global = true, default_value = ".")]
     data: PathBuf,
+    #[command(flatten)]
+    store: crate::store::StoreArgs,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -71,9 +73,7 @@ enum Command {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let store = ApprovalStore::open(&args.data)
-        .await
-        .with_context(|| format!("cannot open the approval queue in {}", args.data.display()))?;
+    let store = args.store.approvals(&args.data).await?;
     let now = now_ms();
     let mut out = std::io::stdout().lock();
     match args.command {

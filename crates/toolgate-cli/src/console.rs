@@ -17,7 +17,6 @@ use anyhow::{Context, bail};
 use toolgate::console::{self, Console, Fatigue};
 use toolgate::http::{self, HttpConfig};
 use toolgate_core::time::now_ms;
-use toolgate_store::approval::ApprovalStore;
 use toolgate_store::console::ConsoleStore;
 
 /// The file in the data directory where a running console writes its address, so that `console
@@ -44,6 +43,8 @@ struct ServeArgs {
     /// The server's data directory (where toolgate.db lives).
     #[arg(long, value_name = "DIR", default_value = ".")]
     data: PathBuf,
+    #[command(flatten)]
+    store: crate::store::StoreArgs,
     /// Where to listen: `PORT` or `HOST:PORT` (127.0.0.1 when no host is given).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8710")]
     http: String,
@@ -130,6 +131,8 @@ struct LinkArgs {
     /// The server's data directory (where toolgate.db lives).
     #[arg(long, value_name = "DIR", default_value = ".")]
     data: PathBuf,
+    #[command(flatten)]
+    store: crate::store::StoreArgs,
     /// Who the link signs in as (default `human:<os user>`).
     #[arg(long = "as", value_name = "IDENTITY")]
     identity: Option<String>,
@@ -160,7 +163,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     };
     // Checked before anything is bound or written.
     duration(&args.link_ttl, "--link-ttl")?;
-    let approvals = open(&args.data).await?;
+    let approvals = args.store.approvals(&args.data).await?;
     let (listener, bound) = crate::http::listen(addr).await?;
     let base = match &args.public_url {
         Some(url) => url.trim_end_matches('/').to_owned(),
@@ -237,7 +240,7 @@ async fn print_link(args: LinkArgs) -> anyhow::Result<ExitCode> {
                 format!("no console has run on {} (pass --url)", args.data.display())
             })?,
     };
-    let approvals = open(&args.data).await?;
+    let approvals = args.store.approvals(&args.data).await?;
     let identity = args.identity.unwrap_or_else(toolgate::identity::human);
     let token = mint(&ConsoleStore::beside(&approvals), &identity, ttl).await?;
     // The link is this command's output: a person or a script reads it.
@@ -246,12 +249,6 @@ async fn print_link(args: LinkArgs) -> anyhow::Result<ExitCode> {
         println!("{base}/login?token={token}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-async fn open(data: &Path) -> anyhow::Result<ApprovalStore> {
-    ApprovalStore::open(data)
-        .await
-        .with_context(|| format!("cannot open the approval queue in {}", data.display()))
 }
 
 async fn mint(store: &ConsoleStore, identity: &str, ttl: Duration) -> anyhow::Result<String> {

@@ -67,6 +67,8 @@ pub(crate) struct Args {
     /// switch, readiness. They name every served tool: keep ADDR loopback or internal.
     #[arg(long, value_name = "ADDR")]
     pub(crate) metrics: Option<String>,
+    #[command(flatten)]
+    pub(crate) store: crate::store::StoreArgs,
 }
 
 impl Args {
@@ -114,12 +116,14 @@ pub(crate) async fn open(
 ) -> anyhow::Result<Gate> {
     // First: a bad URL or a missing file stops start-up before the journal or database opens.
     let (notifications, notify_secrets) = notifications(args)?;
+    let location = args.store.location(&args.data)?;
     let mut secrets = read_secrets(&args.secret_files)?;
     secrets.extend(credentials);
+    secrets.extend(args.store.secret());
     secrets.extend(notify_secrets);
     let redactor = Redactor::new(secrets);
     crate::logging::use_redactor(Arc::new(redactor.clone()));
-    let mut gate = Gate::open(policy, &args.data, durability)
+    let mut gate = Gate::open_at(policy, &args.data, &location, durability)
         .await?
         .with_redactor(redactor)
         .with_switches(env_var)

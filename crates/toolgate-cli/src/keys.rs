@@ -20,6 +20,8 @@ pub(crate) struct Args {
     /// The server's data directory (where toolgate.db lives).
     #[arg(long, value_name = "DIR", global = true, default_value = ".")]
     data: PathBuf,
+    #[command(flatten)]
+    store: crate::store::StoreArgs,
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     json: bool,
@@ -43,9 +45,7 @@ enum Command {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let store = IdempotencyStore::open(&args.data)
-        .await
-        .with_context(|| format!("cannot open the key store in {}", args.data.display()))?;
+    let store = IdempotencyStore::beside(&args.store.approvals(&args.data).await?);
     let mut out = std::io::stdout().lock();
     match args.command {
         Command::List => {

@@ -20,6 +20,8 @@ pub(crate) struct Args {
     /// The server's data directory (where toolgate.db lives).
     #[arg(long, value_name = "DIR", default_value = ".")]
     data: PathBuf,
+    #[command(flatten)]
+    store: crate::store::StoreArgs,
     /// Only this caller's switch (e.g. `agent:support-bot`): every tier blocked for it alone.
     #[arg(long, value_name = "PRINCIPAL")]
     principal: Option<String>,
@@ -38,9 +40,9 @@ enum Action {
 }
 
 pub(crate) async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let store = StateStore::open(&args.data)
-        .await
-        .with_context(|| format!("cannot open the state store in {}", args.data.display()))?;
+    let approvals = args.store.approvals(&args.data).await?;
+    let store =
+        StateStore::beside(&approvals, &args.data).context("cannot open the kill switch")?;
     let identity = args.identity.unwrap_or_else(toolgate::identity::human);
     if let Some(principal) = &args.principal {
         let on = match args.action {

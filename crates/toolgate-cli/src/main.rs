@@ -21,6 +21,7 @@ mod policy;
 mod proxy;
 mod runtime;
 mod serve;
+mod store;
 
 use std::process::ExitCode;
 

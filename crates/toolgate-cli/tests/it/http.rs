@@ -24,6 +24,7 @@ mod helpdesk;
 mod interop;
 mod jwks_url;
 pub(crate) mod metrics;
+mod replicas;
 mod tasks;
 mod transport;
 
@@ -303,6 +304,19 @@ impl HttpServer {
         params: Value,
         extra: &[(&str, &str)],
     ) -> Reply {
+        self.rpc_via(&self.http, token, method, params, extra)
+    }
+
+    /// [`Self::rpc_with`] through `http`: a client of the calling thread's own, so that several
+    /// threads call at once (one client's runtime runs one request at a time).
+    fn rpc_via(
+        &self,
+        http: &Http,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+        extra: &[(&str, &str)],
+    ) -> Reply {
         let body = modern_request(method, params);
         let name = body["params"]["name"].as_str().map(str::to_owned);
         let auth = token.map(|t| format!("Bearer {t}"));
@@ -322,7 +336,13 @@ impl HttpServer {
         }
         headers.retain(|(k, _)| !extra.iter().any(|(e, _)| e.eq_ignore_ascii_case(k)));
         headers.extend_from_slice(extra);
-        self.request("POST", "/mcp", &headers, body.to_string().into_bytes())
+        http.send(
+            "POST",
+            &self.url("/mcp"),
+            &headers,
+            body.to_string().into_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("POST /mcp {method}: {e}\n{}", self.log_text()))
     }
 
     /// A 2026-07-28 `tools/call`; returns the whole reply.
@@ -343,6 +363,12 @@ impl HttpServer {
     fn call_result(&self, token: &str, tool: &str, arguments: Value) -> Value {
         let reply = self.call(token, tool, arguments.clone());
         reply.result(&format!("{tool} {arguments}"))
+    }
+
+    /// SIGKILL, as a crash (or a machine lost): nothing is flushed, nothing is said.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     /// SIGTERM (by pid), then a clean exit within the grace period.

@@ -25,6 +25,10 @@ use crate::toolset::{Call, CallError};
 /// How often a call waits on another copy of itself that holds the same idempotency key.
 const IN_FLIGHT_POLL: Duration = Duration::from_millis(100);
 
+/// The named crash point between a keyed call's run and the record of its outcome (feature
+/// `failpoints` only).
+const SETTLE_CRASH: &str = "corridor.before_settle";
+
 /// `idempotency_key = "*"`: the call's canonical arguments are its key.
 const WHOLE_ARGUMENTS: &str = "*";
 
@@ -257,6 +261,9 @@ impl Corridor<'_> {
         let (Some(key), Some(store)) = (&call.key, self.gate.idempotency()) else {
             return;
         };
+        // The crash tests' cut: the tool ran, its key is still in flight (a SIGKILL here must
+        // leave the key in doubt for every other process, never free to run again).
+        toolgate_store::journal::crash_point(SETTLE_CRASH);
         let gate = self.gate;
         let id = Key {
             principal: &gate.principal().sub,

@@ -264,7 +264,10 @@ impl Gate {
             }
         }
         if let Some(keys) = &self.idempotency {
-            match keys.unresolved_counts(&self.owner, toolgate_core::time::now_ms()).await {
+            match keys
+                .unresolved_counts(&self.owner, toolgate_core::time::now_ms())
+                .await
+            {
                 Ok((running, doubt)) => {
                     header(
                         &mut out,

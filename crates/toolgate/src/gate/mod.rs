@@ -18,6 +18,7 @@ use toolgate_core::canonical;
 use toolgate_core::policy::{Denial, Policy};
 use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
+use toolgate_store::Location;
 use toolgate_store::approval::ApprovalStore;
 use toolgate_store::idempotency::IdempotencyStore;
 use toolgate_store::journal::{Durability, Journal, JournalError, Receipt};
@@ -47,10 +48,10 @@ pub enum OpenError {
         source: JournalError,
     },
     /// The database of approvals, kill switch, budgets and idempotency keys could not be opened.
-    #[error("cannot open the state database in {dir}: {source}")]
+    #[error("cannot open the state database in {location}: {source}")]
     Store {
-        /// The data directory, as given.
-        dir: PathBuf,
+        /// The data directory, or the database's URL without its password.
+        location: String,
         /// Why the database did not open.
         #[source]
         source: toolgate_store::approval::StoreError,
@@ -119,6 +120,21 @@ impl Gate {
         dir: &Path,
         durability: Durability,
     ) -> Result<Self, OpenError> {
+        Self::open_at(policy, dir, &Location::Dir(dir.to_owned()), durability).await
+    }
+
+    /// [`Gate::open`] with the approval queue, the state store and the idempotency keys where
+    /// `store` says: the data directory's `toolgate.db`, or a PostgreSQL database that every
+    /// replica of a server shares. The journal stays in `dir`.
+    ///
+    /// # Errors
+    /// The directory, the journal or the database cannot be opened; nothing is served then.
+    pub async fn open_at(
+        policy: Policy,
+        dir: &Path,
+        store: &Location,
+        durability: Durability,
+    ) -> Result<Self, OpenError> {
         let (journal, recovery) =
             Journal::open_with(dir, durability).map_err(|source| OpenError::Journal {
                 dir: dir.to_owned(),
@@ -134,12 +150,12 @@ impl Gate {
                 "journal repaired after a crash"
             );
         }
-        let store = |source| OpenError::Store {
-            dir: dir.to_owned(),
+        let failed = |source| OpenError::Store {
+            location: store.to_string(),
             source,
         };
-        let approvals = ApprovalStore::open(dir).await.map_err(store)?;
-        let state = StateStore::beside(&approvals, dir).map_err(store)?;
+        let approvals = ApprovalStore::at(store).await.map_err(failed)?;
+        let state = StateStore::beside(&approvals, dir).map_err(failed)?;
         let idempotency = IdempotencyStore::beside(&approvals);
         Ok(Self::new(policy, journal)
             .with_approvals(approvals)
