@@ -121,6 +121,15 @@ CREATE TABLE toolgate_owners (
     alive_until BIGINT  NOT NULL
 );
 
+-- One rate bucket per principal, tool and quota, shared by every replica: when it is full again.
+CREATE TABLE rate_buckets (
+    principal TEXT    NOT NULL,
+    tool      TEXT    NOT NULL,
+    quota     TEXT    NOT NULL,
+    full_at   BIGINT  NOT NULL,
+    PRIMARY KEY (principal, tool, quota)
+);
+
 CREATE TABLE agent_runs (
     seq         BIGINT  GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     id          TEXT    NOT NULL UNIQUE,

@@ -230,11 +230,21 @@ PRAGMA user_version = 5;
 /// Issue 15: the leases of process runs that claim idempotency keys, which PostgreSQL's replicas
 /// renew (see [`crate::db::postgres`]). One serving process owns a data directory, so nothing
 /// renews a lease here and the table stays empty: every other owner reads as dead, as before,
-/// and the idempotency rules are one statement text for both databases.
+/// and the idempotency rules are one statement text for both databases. And the rate buckets
+/// replicas share ([`crate::state::StateStore::take_rate`]), which one process keeps in memory
+/// instead; the table is here so that the rule is one text on every backend.
 const SCHEMA_V6: &str = "
 CREATE TABLE toolgate_owners (
     owner       TEXT    PRIMARY KEY,
     alive_until INTEGER NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE rate_buckets (
+    principal TEXT    NOT NULL,
+    tool      TEXT    NOT NULL,
+    quota     TEXT    NOT NULL,
+    full_at   INTEGER NOT NULL,
+    PRIMARY KEY (principal, tool, quota)
 ) WITHOUT ROWID;
 
 PRAGMA user_version = 6;

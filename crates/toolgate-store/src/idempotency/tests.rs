@@ -556,6 +556,7 @@ async fn a_fresh_file_gets_every_table_at_the_current_version() {
             "idempotency",
             "killswitch",
             "killswitch_principals",
+            "rate_buckets",
             "toolgate_owners"
         ]
     );

@@ -13,6 +13,8 @@ pub(crate) struct State {
     principals: BTreeMap<String, (String, i64)>,
     /// Principal → when each of its counted calls was charged.
     charges: BTreeMap<String, Vec<i64>>,
+    /// (principal, tool, quota) → when the rate bucket is full again.
+    buckets: BTreeMap<(String, String, String), i64>,
 }
 
 impl State {
@@ -75,5 +77,24 @@ impl State {
         } else {
             false
         }
+    }
+
+    /// `None`: taken. `Some(full_at)`: refused, the bucket being full again at `full_at`.
+    pub(crate) fn take_rate(
+        &mut self,
+        principal: &str,
+        tool: &str,
+        quota: &str,
+        every_ms: i64,
+        slack: i64,
+        now: i64,
+    ) -> Option<i64> {
+        let key = (principal.to_owned(), tool.to_owned(), quota.to_owned());
+        let full_at = self.buckets.get(&key).copied().unwrap_or(now).max(now);
+        if full_at - now > slack {
+            return Some(full_at);
+        }
+        self.buckets.insert(key, full_at + every_ms);
+        None
     }
 }

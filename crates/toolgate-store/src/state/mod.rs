@@ -466,6 +466,78 @@ impl StateStore {
                 .charge(principal, limit, window_ms, keep_from, now)),
         )
     }
+
+    /// Takes one call from `principal`'s bucket for `tool` under the quota "`burst` calls, one
+    /// back every `every_ms`", in the database, so that every replica draws on the same bucket:
+    /// `Ok(Ok(()))` lets the call through; `Ok(Err(ms))` refuses it, the next call being let
+    /// through `ms` later. The bucket is kept as the in-process limiter keeps it (the generic
+    /// cell rate algorithm: the instant it is full again), and the check and the step are one
+    /// conditional upsert, so concurrent takers on any number of replicas never overdraw it.
+    ///
+    /// # Errors
+    /// The database could not answer; the caller must then refuse the call.
+    pub async fn take_rate(
+        &self,
+        principal: &str,
+        tool: &str,
+        every_ms: i64,
+        burst: u32,
+        now: i64,
+    ) -> Result<Result<(), i64>, StoreError> {
+        let quota = format!("{burst}/{every_ms}ms");
+        let slack = every_ms.saturating_mul(i64::from(burst.max(1)) - 1);
+        let full_at: Option<i64> = on_db!(
+            &self.db,
+            |pool| {
+                let taken: Option<i64> = sqlx::query_scalar(
+                    "INSERT INTO rate_buckets AS b (principal, tool, quota, full_at)
+                     VALUES ($1, $2, $3, $4 + $5)
+                     ON CONFLICT (principal, tool, quota) DO UPDATE
+                     SET full_at = (CASE WHEN b.full_at > $4 THEN b.full_at ELSE $4 END) + $5
+                     WHERE (CASE WHEN b.full_at > $4 THEN b.full_at ELSE $4 END) - $4 <= $6
+                     RETURNING full_at",
+                )
+                .bind(principal)
+                .bind(tool)
+                .bind(&quota)
+                .bind(now)
+                .bind(every_ms)
+                .bind(slack)
+                .fetch_optional(pool)
+                .await
+                .map_err(StoreError::query("cannot take from the rate limit"))?;
+                match taken {
+                    Some(_) => None,
+                    None => sqlx::query_scalar(
+                        "SELECT full_at FROM rate_buckets
+                         WHERE principal = $1 AND tool = $2 AND quota = $3",
+                    )
+                    .bind(principal)
+                    .bind(tool)
+                    .bind(&quota)
+                    .fetch_optional(pool)
+                    .await
+                    .map_err(StoreError::query("cannot read the rate limit"))?,
+                }
+            },
+            |tables| tables
+                .state
+                .take_rate(principal, tool, &quota, every_ms, slack, now),
+        );
+        Ok(match full_at {
+            None => Ok(()),
+            // Refused: the bucket is more than the slack ahead of now.
+            Some(full_at) => Err((full_at.max(now) - now - slack).max(1)),
+        })
+    }
+
+    /// Whether this store is shared by processes that may run on other machines (PostgreSQL):
+    /// then what must hold across replicas, such as rate limits, is counted here, not in one
+    /// process.
+    #[must_use]
+    pub fn shared(&self) -> bool {
+        matches!(self.db, Db::Postgres(_))
+    }
 }
 
 /// Varies the stamp's content (and often its length) even when two changes share a millisecond.

@@ -484,3 +484,79 @@ async fn replicas_starting_together_migrate_a_new_postgres_database_once() {
         assert_eq!(store.backend(), "postgres");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_12_concurrent_takes_from_a_bucket_of_3_exactly_3_pass_and_one_comes_back_per_period() {
+    for backend in backends::all().await {
+        let handles: Vec<_> = backend
+            .state(3)
+            .await
+            .into_iter()
+            .cycle()
+            .take(12)
+            .collect();
+        let answers = race(handles.clone(), |_, state| async move {
+            state
+                .take_rate(AGENT, "lookup_order", 1_000, 3, T0)
+                .await
+                .unwrap()
+        })
+        .await;
+        assert_eq!(
+            answers.iter().filter(|a| a.is_ok()).count(),
+            3,
+            "{}: {answers:?}",
+            backend.name
+        );
+        // Three spent, one back every second: the next call 1 s from now.
+        assert!(
+            answers.iter().all(|a| a.is_ok() || *a == Err(1_000)),
+            "{}: {answers:?}",
+            backend.name
+        );
+        let state = &handles[0];
+        assert_eq!(
+            state
+                .take_rate(AGENT, "lookup_order", 1_000, 3, T0 + 999)
+                .await
+                .unwrap(),
+            Err(1)
+        );
+        assert_eq!(
+            state
+                .take_rate(AGENT, "lookup_order", 1_000, 3, T0 + 1_000)
+                .await
+                .unwrap(),
+            Ok(())
+        );
+        assert!(
+            state
+                .take_rate(AGENT, "lookup_order", 1_000, 3, T0 + 1_000)
+                .await
+                .unwrap()
+                .is_err()
+        );
+        // Another principal, another tool, another quota: other buckets.
+        assert_eq!(
+            state
+                .take_rate("agent:other", "lookup_order", 1_000, 3, T0)
+                .await
+                .unwrap(),
+            Ok(())
+        );
+        assert_eq!(
+            state
+                .take_rate(AGENT, "refund", 1_000, 3, T0)
+                .await
+                .unwrap(),
+            Ok(())
+        );
+        assert_eq!(
+            state
+                .take_rate(AGENT, "lookup_order", 1_000, 5, T0)
+                .await
+                .unwrap(),
+            Ok(())
+        );
+    }
+}

@@ -7,6 +7,7 @@
 //! (the kill switch reads as on; the budget as spent, which asks a person).
 
 use std::ops::ControlFlow::{Break, Continue};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolgate_core::policy::{Action, Denial, Tier, Verdict};
@@ -63,16 +64,38 @@ impl Corridor<'_> {
     }
 
     /// The caller's bucket for this tool; an empty one answers "retry after N s" (rounded up).
-    pub(super) fn rate_limit(&self, call: &CallState<'_>) -> Flow {
+    pub(super) async fn rate_limit(&self, call: &CallState<'_>) -> Flow {
         let gate = self.gate;
         let Some(limit) = gate.policy().rate_limit(call.name) else {
             return Continue(());
         };
-        match gate.limits().take(limit, &gate.principal().sub, call.name) {
+        let principal = &gate.principal().sub;
+        // Replicas share one bucket in their shared store; one process keeps its own in memory.
+        let taken = match gate.state().filter(|state| state.shared()) {
+            None => gate.limits().take(limit, principal, call.name),
+            Some(state) => {
+                let every = i64::try_from(limit.every.as_millis()).unwrap_or(i64::MAX);
+                match state
+                    .take_rate(principal, call.name, every, limit.burst.get(), now_ms())
+                    .await
+                {
+                    Ok(taken) => taken
+                        .map_err(|ms| Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX))),
+                    Err(error) => {
+                        tracing::error!(error = %error, tool = call.name, "rate limit unreadable; refusing");
+                        return Break(Answer::NotRun {
+                            rule: "rate_limit.unavailable".to_owned(),
+                            why: "the shared rate limit did not answer".to_owned(),
+                        });
+                    }
+                }
+            }
+        };
+        match taken {
             Ok(()) => Continue(()),
             Err(wait) => {
                 let seconds = crate::seconds_up(wait);
-                tracing::info!(tool = call.name, principal = %gate.principal().sub, retry_after_s = seconds, "rate limit reached");
+                tracing::info!(tool = call.name, principal = %principal, retry_after_s = seconds, "rate limit reached");
                 Break(Answer::RateLimited {
                     retry_after_s: seconds,
                 })

@@ -259,7 +259,7 @@ impl<'a> Corridor<'a> {
     ) -> Flow<Answer<CallToolResult>> {
         laps.time("kill_switch", self.kill_switch(call).await)?;
         laps.time("visibility", self.visibility(call))?;
-        laps.time("rate_limit", self.rate_limit(call))?;
+        laps.time("rate_limit", self.rate_limit(call).await)?;
         laps.time("schema", self.schema(call))?;
         laps.time("decide", self.decide(call).await)?;
         laps.time("approve", self.approve(call).await)?;

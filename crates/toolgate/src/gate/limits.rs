@@ -6,8 +6,10 @@
 //! instant is more than `every * (burst - 1)` ahead, and moves it on by `every`. Buckets are keyed
 //! by (quota, principal, tool): a looping agent exhausts its own bucket for that tool and nobody
 //! else's. A breach is an answer and an audit record, never a silent drop (seed 003, "How do you
-//! rate-limit an agent that loops?"). Buckets live in this process: replicas behind a load
-//! balancer each keep their own, which the README says. Written here rather than taken from a
+//! rate-limit an agent that loops?"). Buckets live in this process; replicas on a shared
+//! PostgreSQL store take from buckets kept there instead (`StateStore::take_rate`, the same
+//! algorithm as one conditional upsert), so a caller gets the same numbers whichever replica its
+//! call lands on. Written here rather than taken from a
 //! rate-limiting crate so that a stdio-only build of the kit carries no such dependency (issue
 //! 12); the algorithm is a dozen lines.
 

@@ -405,3 +405,38 @@ fn wait_for_file(path: &Path) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_rate_limit_is_one_bucket_across_replicas() {
+    // Three lookups an hour per caller, whichever replica serves them.
+    let text = repo_policy("orders.toml");
+    let limited = text.replacen(
+        "[tools.lookup_order]\ntier = \"low\"",
+        "[tools.lookup_order]\ntier = \"low\"\nrate_limit = { burst = 3, every = \"1h\" }",
+        1,
+    );
+    assert_ne!(
+        limited, text,
+        "orders.toml no longer has lookup_order as the test expects"
+    );
+    let fleet = Fleet::start(3, &limited, |_| Vec::new());
+    let http = Http::new();
+    let lookup = json!({"order_id": "ord_1001"});
+    let answers: Vec<Value> = (0..6)
+        .map(|i| fleet.call(&http, i % 3, "user-alice", "lookup_order", lookup.clone()))
+        .collect();
+    let limited: Vec<bool> = answers.iter().map(|a| is_error(&a["result"])).collect();
+    assert_eq!(
+        limited,
+        [false, false, false, true, true, true],
+        "{answers:#?}"
+    );
+    assert_eq!(
+        answers[3]["result"]["structuredContent"]["status"], "rate_limited",
+        "{}",
+        answers[3]
+    );
+    // Another caller has a bucket of its own.
+    let bob = fleet.call(&http, 0, "user-bob", "lookup_order", lookup);
+    assert!(!is_error(&bob["result"]), "{bob}");
+}
