@@ -20,7 +20,9 @@ use toolgate::{GateServer, stdio, toolset};
 use toolgate_core::policy::Policy;
 use toolgate_core::redact::Redactor;
 use toolgate_core::secret::Secret;
+use toolgate_store::Location;
 use toolgate_store::journal::Durability;
+use toolgate_store::ledger::Ledger;
 
 /// The flags of a gated server, the same for `serve` and `proxy`.
 #[derive(Debug, clap::Args)]
@@ -69,6 +71,21 @@ pub(crate) struct Args {
     pub(crate) metrics: Option<String>,
     #[command(flatten)]
     pub(crate) store: crate::store::StoreArgs,
+    /// With --store postgres://…: sign a checkpoint of the central audit ledger (record count,
+    /// head, time) with this Ed25519 private key (PKCS#8 PEM, `openssl genpkey -algorithm
+    /// ed25519`). Needs --checkpoint-sink.
+    #[arg(long, value_name = "FILE", requires = "checkpoint_sink")]
+    checkpoint_key: Option<PathBuf>,
+    /// Where each checkpoint goes besides the ledger: a file (JSON lines appended and synced,
+    /// kept away from the database) or an http(s) URL it is POSTed to.
+    #[arg(long, value_name = "FILE|URL", requires = "checkpoint_key")]
+    checkpoint_sink: Option<String>,
+    /// Checkpoint after this many records…
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    checkpoint_every: u64,
+    /// …or after this long, whichever comes first (`30s`, `5m`, `1h`).
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    checkpoint_interval: String,
 }
 
 impl Args {
@@ -128,6 +145,15 @@ pub(crate) async fn open(
         .with_redactor(redactor)
         .with_switches(env_var)
         .with_principal(toolgate::identity::local_principal());
+    if let (Location::Postgres(_), Some(approvals)) = (&location, gate.approvals()) {
+        // Replicas share one chain: every decision of every replica lands in it, in commit order.
+        let ledger = Ledger::beside(approvals).context("cannot open the central audit ledger")?;
+        gate = gate.with_ledger(ledger);
+    } else if args.checkpoint_key.is_some() {
+        anyhow::bail!(
+            "--checkpoint-key signs the central audit ledger: it needs --store postgres://…"
+        );
+    }
     if let Some(base) = &args.console_url {
         // Checked by `notifications` above, as the links of the messages are.
         gate = gate.with_console(base);
@@ -183,6 +209,37 @@ fn notifications(args: &Args) -> anyhow::Result<(Option<notify::Config>, Vec<Sec
     Ok(((!config.is_empty()).then_some(config), secrets))
 }
 
+/// Signs checkpoints of the central ledger while the server runs, when a key is given.
+fn checkpoints(
+    gate: &Gate,
+    args: &Args,
+) -> anyhow::Result<Option<crate::checkpoint::CheckpointTask>> {
+    let (Some(key), Some(sink), Some(ledger)) =
+        (&args.checkpoint_key, &args.checkpoint_sink, gate.ledger())
+    else {
+        return Ok(None);
+    };
+    let signer = crate::checkpoint::Signer::from_file(key)?;
+    let interval = toolgate_core::policy::parse_duration(&args.checkpoint_interval)
+        .filter(|d| !d.is_zero())
+        .context("--checkpoint-interval takes a duration like 30s, 5m, 1h")?;
+    anyhow::ensure!(
+        args.checkpoint_every > 0,
+        "--checkpoint-every must be at least 1"
+    );
+    let every = crate::checkpoint::Every {
+        records: args.checkpoint_every,
+        interval,
+    };
+    tracing::info!(every = args.checkpoint_every, interval = %args.checkpoint_interval, "signing audit checkpoints");
+    Ok(Some(crate::checkpoint::start(
+        ledger.clone(),
+        signer,
+        crate::checkpoint::Sink::parse(sink),
+        every,
+    )))
+}
+
 /// Gives notifications still being delivered up to `limit` before the process exits, and says
 /// how many did not make it (their approvals stay decidable all the same).
 pub(crate) async fn settle(notifier: Option<&Notifier>, limit: Duration) {
@@ -229,6 +286,7 @@ pub(crate) async fn serve(
     };
     let journal = gate.journal().clone();
     let notifier = gate.notifier().cloned();
+    let _checkpoints = checkpoints(&gate, args)?;
     let sweeper = toolgate::server::Sweeper::start(&gate);
     let server = GateServer::new(gate, toolset);
     if http.enabled() {

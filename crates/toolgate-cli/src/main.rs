@@ -8,6 +8,7 @@
 mod agent;
 mod approvals;
 mod audit;
+mod checkpoint;
 mod console;
 mod demo;
 mod gate;
@@ -86,7 +87,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Proxy(args) => proxy::run(args).await,
             Command::Pin(args) => pin::run(args).await,
             Command::Keys(args) => keys::run(args).await,
-            Command::Audit(command) => audit::run(command),
+            Command::Audit(command) => audit::run(command).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Policy(command) => policy::run(command).await,
             Command::Approvals(args) => approvals::run(args).await,

@@ -35,9 +35,70 @@ pub fn rfc3339(ms: i64) -> String {
     )
 }
 
+/// Unix milliseconds of `YYYY-MM-DDTHH:MM:SSZ` (UTC, whole seconds: what [`rfc3339`] writes);
+/// `None` for anything else (days-from-civil, proleptic Gregorian).
+#[must_use]
+pub fn parse_rfc3339(text: &str) -> Option<i64> {
+    let b = text.as_bytes();
+    if b.len() != 20 || [b[4], b[7], b[10], b[13], b[16], b[19]] != *b"--T::Z" {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let digits = text.get(range)?;
+        digits
+            .bytes()
+            .all(|c| c.is_ascii_digit())
+            .then(|| digits.parse().ok())?
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let days_in_month = match month {
+        2 if year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) => 29,
+        2 => 28,
+        4 | 6 | 9 | 11 => 30,
+        1..=12 => 31,
+        _ => return None,
+    };
+    if !(1..=days_in_month).contains(&day) || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some((days * 86_400 + hour * 3600 + minute * 60 + second) * 1000)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::rfc3339;
+    use super::{parse_rfc3339, rfc3339};
+
+    #[test]
+    fn rfc3339_reads_back_what_it_writes_and_nothing_else() {
+        for ms in [
+            0,
+            951_782_400_000,
+            1_796_032_378_000,
+            -1_000,
+            4_102_444_799_000,
+        ] {
+            assert_eq!(parse_rfc3339(&rfc3339(ms)), Some(ms), "{}", rfc3339(ms));
+        }
+        for bad in [
+            "2026-02-29T00:00:00Z",
+            "2026-13-01T00:00:00Z",
+            "2026-11-30T24:00:00Z",
+            "2026-11-30 09:52:58Z",
+            "2026-11-30T09:52:58",
+            "2026-11-30T09:52:58+01:00",
+            "+026-11-30T09:52:58Z",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
 
     #[test]
     fn rfc3339_known_instants() {

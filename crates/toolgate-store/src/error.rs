@@ -74,6 +74,19 @@ pub enum StoreError {
         /// What was asked for, e.g. "agent runs".
         what: &'static str,
     },
+    /// What was asked for exists only on a store replicas share (PostgreSQL).
+    #[error("the {what} needs a shared store (--store postgres://…)")]
+    NotShared {
+        /// What was asked for, e.g. "central audit ledger".
+        what: &'static str,
+    },
+    /// A file being written for the store (an export, an archive) could not be written.
+    #[error("cannot write the output")]
+    Write {
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
     /// A statement or transaction failed, or a row could not be decoded; whether it changed
     /// anything is said by the method that returned it.
     #[error("{context}")]

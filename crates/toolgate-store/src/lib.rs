@@ -11,7 +11,8 @@
 //!   has one effect;
 //! - [`runs`]: the agents' runs, paused while a person decides and resumed after;
 //! - [`console`]: who is signed in to the approvals console (one-time login links, sessions);
-//! - [`tasks`]: calls held for a person that became MCP tasks, which survive a restart.
+//! - [`tasks`]: calls held for a person that became MCP tasks, which survive a restart;
+//! - [`ledger`]: the central audit ledger replicas share (PostgreSQL), with its signed checkpoints.
 //!
 //! What it must not do: decide policy, or know any toolset. It only makes decisions and effects
 //! durable, in order, exactly once, and enforces the rules of the queue, the switch, the budgets
@@ -74,6 +75,7 @@ mod db;
 mod error;
 pub mod idempotency;
 pub mod journal;
+pub mod ledger;
 pub mod runs;
 pub mod state;
 pub mod tasks;

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 
 use crate::canonical;
 
-pub use verify::{Break, Report, VerifyError, verify, verify_with};
+pub use verify::{Break, Report, VerifyError, verify, verify_from, verify_with};
 
 /// `prev_sha256` of the first record of a chain.
 pub const GENESIS: &str = "0000000000000000000000000000000000000000000000000000000000000000";

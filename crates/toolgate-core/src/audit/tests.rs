@@ -470,7 +470,8 @@ fn the_report_is_the_same_for_every_block_size_and_thread_count() {
             for threads in [1, 2, 3, 8] {
                 let threads = NonZeroUsize::new(threads).unwrap();
                 let report =
-                    verify::verify_in_blocks(file.as_slice(), None, threads, block).unwrap();
+                    verify::verify_in_blocks(file.as_slice(), GENESIS, None, threads, block)
+                        .unwrap();
                 assert_eq!(
                     report, reference,
                     "{name}, blocks of {block}, {threads} threads"
@@ -488,7 +489,8 @@ fn a_line_longer_than_a_block_is_checked_whole() {
     let head = check(&file).head;
     for threads in [1, 2] {
         let threads = NonZeroUsize::new(threads).unwrap();
-        let report = verify::verify_in_blocks(file.as_slice(), Some(&head), threads, 256).unwrap();
+        let report =
+            verify::verify_in_blocks(file.as_slice(), GENESIS, Some(&head), threads, 256).unwrap();
         assert_eq!((report.records, report.broken), (4, None));
     }
 }

@@ -77,20 +77,36 @@ pub fn verify_with<R: BufRead>(
     expect_head: Option<&str>,
     threads: NonZeroUsize,
 ) -> Result<Report, VerifyError> {
-    verify_in_blocks(reader, expect_head, threads, BLOCK)
+    verify_in_blocks(reader, GENESIS, expect_head, threads, BLOCK)
+}
+
+/// [`verify_with`] for a log that starts after record `start` instead of at the beginning: what
+/// is left of a chain pruned down to a signed checkpoint, whose first line links to that
+/// checkpoint's head. The report counts this file's records only.
+///
+/// # Errors
+/// Only when reading fails.
+pub fn verify_from<R: BufRead>(
+    reader: R,
+    start: &str,
+    expect_head: Option<&str>,
+    threads: NonZeroUsize,
+) -> Result<Report, VerifyError> {
+    verify_in_blocks(reader, start, expect_head, threads, BLOCK)
 }
 
 /// [`verify_with`] cutting the file into blocks of about `block` bytes (tests cut small blocks to
 /// put every kind of break at a block's edge).
 pub(super) fn verify_in_blocks<R: BufRead>(
     mut reader: R,
+    start: &str,
     expect_head: Option<&str>,
     threads: NonZeroUsize,
     block: usize,
 ) -> Result<Report, VerifyError> {
     let mut blocks = Blocks::new(block);
     let mut chain = Stitch {
-        head: hex_of_str(GENESIS),
+        head: hex_of_str(start),
         records: 0,
     };
     let first = blocks.next(&mut reader)?;

@@ -32,7 +32,7 @@ const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(10);
 const MIGRATION_LOCK: i64 = 0x746f_6f6c_6761_7465; // "toolgate"
 
 /// Migration `i` takes the database from version `i` to `i + 1`. Only additions, as for SQLite.
-const MIGRATIONS: [&str; 1] = [SCHEMA_V1];
+const MIGRATIONS: [&str; 2] = [SCHEMA_V1, SCHEMA_V2];
 
 /// The version of a database whose schema is complete.
 pub(crate) const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
@@ -184,6 +184,35 @@ CREATE TABLE approval_tasks (
     created_at  BIGINT  NOT NULL,
     updated_at  BIGINT  NOT NULL,
     expires_at  BIGINT  NOT NULL
+);
+";
+
+/// The central audit ledger (see [`crate::ledger`]): one row per record in chain order, the head
+/// every batch locks and moves on, and the signed checkpoints. The primary keys are the chain's
+/// rules: one record per position, one checkpoint per count.
+const SCHEMA_V2: &str = "
+CREATE TABLE audit_ledger (
+    seq         BIGINT  PRIMARY KEY CHECK (seq >= 1),
+    line        TEXT    NOT NULL,
+    sha256      TEXT    NOT NULL,
+    appended_at BIGINT  NOT NULL
+);
+CREATE INDEX audit_ledger_by_time ON audit_ledger (appended_at);
+
+CREATE TABLE audit_head (
+    id      BIGINT  PRIMARY KEY CHECK (id = 1),
+    seq     BIGINT  NOT NULL,
+    sha256  TEXT    NOT NULL
+);
+INSERT INTO audit_head (id, seq, sha256)
+VALUES (1, 0, '0000000000000000000000000000000000000000000000000000000000000000');
+
+CREATE TABLE audit_checkpoints (
+    count     BIGINT  PRIMARY KEY,
+    head      TEXT    NOT NULL,
+    time      BIGINT  NOT NULL,
+    key_id    TEXT    NOT NULL,
+    signature TEXT    NOT NULL
 );
 ";
 

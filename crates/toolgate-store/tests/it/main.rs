@@ -4,3 +4,4 @@
 
 mod backends;
 mod guarantees;
+mod ledger;

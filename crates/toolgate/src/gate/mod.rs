@@ -22,6 +22,7 @@ use toolgate_store::Location;
 use toolgate_store::approval::ApprovalStore;
 use toolgate_store::idempotency::IdempotencyStore;
 use toolgate_store::journal::{Durability, Journal, JournalError, Receipt};
+use toolgate_store::ledger::Ledger;
 use toolgate_store::state::StateStore;
 
 mod limits;
@@ -83,6 +84,9 @@ pub struct Gate {
     notifier: Option<crate::notify::Notifier>,
     /// The approvals console's base URL, where a held call's request can be seen and decided.
     console: Option<Arc<str>>,
+    /// The central audit ledger replicas share; when set, decisions are recorded there instead
+    /// of in the journal's local file.
+    ledger: Option<Ledger>,
 }
 
 impl Gate {
@@ -105,6 +109,7 @@ impl Gate {
             #[cfg(feature = "notify")]
             notifier: None,
             console: None,
+            ledger: None,
         }
     }
 
@@ -194,6 +199,21 @@ impl Gate {
     #[must_use]
     pub fn owner(&self) -> &str {
         &self.owner
+    }
+
+    /// Records every decision in the central ledger of a shared store (one chain for every
+    /// replica) instead of the journal's `audit.jsonl`. The journal stays for the effects a
+    /// toolset commits with its own record (the seed's ledger toolset), which one process owns.
+    #[must_use]
+    pub fn with_ledger(mut self, ledger: Ledger) -> Self {
+        self.ledger = Some(ledger);
+        self
+    }
+
+    /// The central audit ledger, if decisions are recorded there.
+    #[must_use]
+    pub fn ledger(&self) -> Option<&Ledger> {
+        self.ledger.as_ref()
     }
 
     /// Where calls that need a person's approval wait; without it, such a call does not run.
@@ -428,6 +448,18 @@ impl Gate {
     #[must_use = "an unrecorded decision must not be answered as if it were recorded"]
     pub async fn record(&self, event: Event) -> Result<Receipt, AuditUnavailable> {
         let start = std::time::Instant::now();
+        if let Some(ledger) = &self.ledger {
+            let appended = ledger.append(event).await;
+            self.metrics.audit_append(start.elapsed());
+            return appended
+                .map(|appended| Receipt {
+                    sha256: appended.sha256,
+                })
+                .map_err(|error| {
+                    tracing::error!(error = %error, "audit record could not be appended to the central ledger");
+                    AuditUnavailable::LedgerRefused
+                });
+        }
         let recorded = self.journal.record(event).await;
         self.metrics.audit_append(start.elapsed());
         recorded.map_err(|error| {
@@ -466,6 +498,10 @@ pub enum AuditUnavailable {
     /// The journal could not be reached (shutting down).
     #[error("the audit log is unavailable")]
     Closed,
+    /// The central ledger did not commit the record (its database did not answer); a later
+    /// record may get through.
+    #[error("the central audit ledger did not take the record")]
+    LedgerRefused,
 }
 
 impl From<&JournalError> for AuditUnavailable {

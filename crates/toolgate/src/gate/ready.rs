@@ -21,7 +21,8 @@ pub struct Readiness {
 /// One check of [`Gate::readiness`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
-    /// What was checked: `policy`, `audit`, `approvals`, `state`, `idempotency`.
+    /// What was checked: `policy`, `audit`, `approvals`, `state`, `idempotency`, and `ledger`
+    /// when the audit log is the central one.
     pub name: &'static str,
     /// Whether it passed.
     pub ok: bool,
@@ -57,6 +58,9 @@ impl Gate {
                 },
             },
         ];
+        if let Some(ledger) = &self.ledger {
+            checks.push(probe("ledger", within, ledger.answers()).await);
+        }
         if let Some(store) = &self.approvals {
             checks.push(probe("approvals", within, store.answers()).await);
         }

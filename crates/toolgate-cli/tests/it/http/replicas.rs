@@ -67,6 +67,16 @@ impl Fleet {
     /// `n` replicas serving `policy` on one fresh store; `env(i)` is replica `i`'s extra
     /// environment.
     fn start(n: usize, policy: &str, env: impl Fn(usize) -> Vec<(&'static str, String)>) -> Self {
+        Self::start_with(n, policy, env, &[])
+    }
+
+    /// [`Fleet::start`] with `args` added to every replica's command line.
+    fn start_with(
+        n: usize,
+        policy: &str,
+        env: impl Fn(usize) -> Vec<(&'static str, String)>,
+        args: &[String],
+    ) -> Self {
         let store = fresh_store();
         let signer = Signer::rsa("rsa-fleet");
         let scratches: Vec<Scratch> = (0..n)
@@ -83,7 +93,8 @@ impl Fleet {
                     .args(["--http", "127.0.0.1:0", "--issuer", super::ISSUER])
                     .arg("--jwks-file")
                     .arg(&file)
-                    .args(["--store", &store]);
+                    .args(["--store", &store])
+                    .args(args);
                 for (name, value) in env(i) {
                     command.env(name, value);
                 }
@@ -125,6 +136,15 @@ impl Fleet {
             .args(["--store", &self.store])
             .arg("--data")
             .arg(self.scratches[i].data())
+            .output()
+            .expect("run toolgate")
+    }
+
+    /// `toolgate ARGS --store URL`, for commands about the store alone (the audit ledger's).
+    fn store_cli(&self, args: &[&str]) -> Output {
+        toolgate()
+            .args(args)
+            .args(["--store", &self.store])
             .output()
             .expect("run toolgate")
     }
@@ -439,4 +459,202 @@ fn a_rate_limit_is_one_bucket_across_replicas() {
     // Another caller has a bucket of its own.
     let bob = fleet.call(&http, 0, "user-bob", "lookup_order", lookup);
     assert!(!is_error(&bob["result"]), "{bob}");
+}
+
+/// An Ed25519 key pair as PEM files (`key.pem`, PKCS#8; `pub.pem`, SPKI) in `dir`, as `openssl
+/// genpkey -algorithm ed25519` would write them.
+fn ed25519_pem(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    use base64::Engine as _;
+    use ring::signature::KeyPair as _;
+    let pem = |label: &str, der: &[u8]| {
+        format!(
+            "-----BEGIN {label}-----\n{}\n-----END {label}-----\n",
+            base64::engine::general_purpose::STANDARD.encode(der)
+        )
+    };
+    let pkcs8 = ring::signature::Ed25519KeyPair::generate_pkcs8(&ring::rand::SystemRandom::new())
+        .expect("a key");
+    let pair = ring::signature::Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).expect("the key");
+    let mut spki = vec![
+        0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00,
+    ];
+    spki.extend_from_slice(pair.public_key().as_ref());
+    let (key, public) = (dir.join("key.pem"), dir.join("pub.pem"));
+    std::fs::write(&key, pem("PRIVATE KEY", pkcs8.as_ref())).expect("key.pem");
+    std::fs::write(&public, pem("PUBLIC KEY", &spki)).expect("pub.pem");
+    (key, public)
+}
+
+/// `toolgate audit verify FILE --json ARGS…`: its exit code and report.
+fn verify(file: &Path, args: &[&str]) -> (Option<i32>, Value) {
+    let out = toolgate()
+        .args(["audit", "verify", "--json"])
+        .arg(file)
+        .args(args)
+        .output()
+        .expect("run toolgate audit verify");
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("verify --json: {}", stderr(&out)));
+    (out.status.code(), report)
+}
+
+#[test]
+fn the_fleet_writes_one_signed_ledger_that_verifies_and_catches_truncation_and_rewrites() {
+    let keys = tempfile::tempdir().expect("temp dir");
+    let (key, public) = ed25519_pem(keys.path());
+    let sink = keys.path().join("checkpoints.jsonl");
+    let args: Vec<String> = [
+        "--checkpoint-key",
+        &key.display().to_string(),
+        "--checkpoint-sink",
+        &sink.display().to_string(),
+        "--checkpoint-every",
+        "5",
+        "--checkpoint-interval",
+        "1s",
+    ]
+    .iter()
+    .map(ToString::to_string)
+    .collect();
+    let fleet = Fleet::start_with(3, &repo_policy("orders.toml"), |_| Vec::new(), &args);
+    let http = Http::new();
+    for i in 0..20 {
+        let lookup = json!({"order_id": "ord_1001"});
+        let answer = fleet.call(&http, i % 3, "user-alice", "lookup_order", lookup);
+        assert!(!is_error(&answer["result"]), "{answer}");
+    }
+    // No replica's local file has the calls: they are in the one ledger.
+    for scratch in &fleet.scratches {
+        assert!(
+            scratch
+                .records()
+                .iter()
+                .all(|r| r["name"] != "lookup_order"),
+            "a replica recorded locally"
+        );
+    }
+    let ledger = keys.path().join("ledger.jsonl");
+    let export = |file: &Path| {
+        let out = fleet.store_cli(&["audit", "export", "--out", &file.display().to_string()]);
+        assert!(out.status.success(), "export: {}", stderr(&out));
+        std::fs::read_to_string(file).expect("the export")
+    };
+    // Wait for the checkpoint of the last record (signed within a second or two).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let lines = loop {
+        let lines = export(&ledger).lines().count() as u64;
+        let signed = std::fs::read_to_string(&sink)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter_map(|c| c["count"].as_u64())
+            .max();
+        if signed == Some(lines) {
+            break lines;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint of the last record: {signed:?} of {lines}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(lines >= 20, "{lines}");
+    let checkpoints = std::fs::read_to_string(&sink)
+        .expect("sink")
+        .lines()
+        .count();
+    assert!(checkpoints >= 2, "every 5 records or 1 s: {checkpoints}");
+    let with_keys = [
+        "--checkpoints",
+        &sink.display().to_string(),
+        "--key",
+        &public.display().to_string(),
+    ];
+
+    let (code, report) = verify(&ledger, &with_keys);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["records"].as_u64(), Some(lines), "{report}");
+
+    // The log cut short: still a chain, but the last checkpoint is not in it.
+    let text = std::fs::read_to_string(&ledger).expect("export");
+    let cut = keys.path().join("cut.jsonl");
+    let kept: Vec<&str> = text
+        .lines()
+        .take(usize::try_from(lines).unwrap() - 3)
+        .collect();
+    std::fs::write(&cut, format!("{}\n", kept.join("\n"))).expect("cut");
+    assert_eq!(verify(&cut, &[]).0, Some(0), "a prefix is a chain");
+    let (code, report) = verify(&cut, &with_keys);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(
+        report["broken"]["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("truncated"),
+        "{report}"
+    );
+
+    // Retention: prune to the newest checkpoint (the last record's); the archive holds the
+    // whole chain so far, and what is appended after verifies from that checkpoint.
+    let archive = keys.path().join("archive.jsonl");
+    let out = fleet.store_cli(&[
+        "audit",
+        "prune",
+        "--before",
+        "1ms",
+        "--archive",
+        &archive.display().to_string(),
+    ]);
+    assert!(out.status.success(), "prune: {}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&archive).expect("archive"), text);
+    for i in 0..2 {
+        let answer = fleet.call(
+            &http,
+            i,
+            "user-alice",
+            "lookup_order",
+            json!({"order_id": "ord_1003"}),
+        );
+        assert!(!is_error(&answer["result"]), "{answer}");
+    }
+    let rest = keys.path().join("rest.jsonl");
+    assert_eq!(export(&rest).lines().count(), 2);
+    let (code, report) = verify(&rest, &with_keys);
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(
+        verify(&rest, &[]).0,
+        Some(1),
+        "without the checkpoints it does not start anywhere"
+    );
+
+    // A record rewritten in the database (an allow made a deny): found at its place.
+    let more = fleet.call(
+        &http,
+        2,
+        "user-alice",
+        "lookup_order",
+        json!({"order_id": "ord_1002"}),
+    );
+    assert!(!is_error(&more["result"]), "{more}");
+    let schema_url = &fleet.store;
+    let out = Command::new("psql")
+        .arg(schema_url.split('?').next().unwrap_or(schema_url))
+        .args(["-qAtc", &format!(
+            "SET search_path TO {}; UPDATE audit_ledger SET line = replace(line, '\"decision\":\"allow\"', '\"decision\":\"deny\"') \
+             WHERE seq = (SELECT max(seq) FROM audit_ledger)",
+            schema_of(schema_url)
+        )])
+        .output()
+        .expect("psql");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let tampered = keys.path().join("tampered.jsonl");
+    let rows = export(&tampered).lines().count() as u64;
+    let (code, report) = verify(&tampered, &with_keys);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["broken"]["line"].as_u64(), Some(rows), "{report}");
+}
+
+/// The schema a [`fresh_store`] URL's connections use.
+fn schema_of(url: &str) -> &str {
+    url.rsplit("search_path%3D").next().unwrap_or_default()
 }
