@@ -144,6 +144,7 @@ pub(crate) async fn open(
         .await?
         .with_redactor(redactor)
         .with_switches(env_var)
+        .reloadable(env_var)
         .with_principal(toolgate::identity::local_principal());
     if let (Location::Postgres(_), Some(approvals)) = (&location, gate.approvals()) {
         // Replicas share one chain: every decision of every replica lands in it, in commit order.
@@ -287,6 +288,7 @@ pub(crate) async fn serve(
     let journal = gate.journal().clone();
     let notifier = gate.notifier().cloned();
     let _checkpoints = checkpoints(&gate, args)?;
+    let _reloader = crate::reload::start(gate.clone(), Arc::clone(&toolset), args.policy.clone())?;
     let sweeper = toolgate::server::Sweeper::start(&gate);
     let server = GateServer::new(gate, toolset);
     if http.enabled() {

@@ -20,6 +20,7 @@ mod metrics;
 mod pin;
 mod policy;
 mod proxy;
+mod reload;
 mod runtime;
 mod serve;
 mod store;

@@ -24,6 +24,7 @@ mod helpdesk;
 mod interop;
 mod jwks_url;
 pub(crate) mod metrics;
+mod reload;
 mod replicas;
 mod tasks;
 mod transport;

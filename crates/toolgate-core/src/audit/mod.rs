@@ -115,6 +115,11 @@ pub enum Outcome {
     /// The postcondition did not hold and the policy's compensating tool is called; the caller
     /// stops.
     Rollback,
+    /// A new policy was loaded while the server ran: calls from now on are decided by it.
+    PolicyLoaded,
+    /// A new policy file was read and refused (malformed, or not fitting the tools): the policy in
+    /// force stays.
+    PolicyRefused,
 }
 
 impl Outcome {
@@ -145,6 +150,8 @@ impl Outcome {
             Self::Continue => "continue",
             Self::Stop => "stop",
             Self::Rollback => "rollback",
+            Self::PolicyLoaded => "policy_loaded",
+            Self::PolicyRefused => "policy_refused",
         }
     }
 }

@@ -35,6 +35,8 @@ pub struct Metrics {
     /// Per corridor step, whatever the tool (steps are few and fixed).
     steps: Mutex<BTreeMap<&'static str, Histogram>>,
     audit_append: Mutex<Histogram>,
+    /// Policy reloads put in force, and refused.
+    reloads: [std::sync::atomic::AtomicU64; 2],
 }
 
 /// Times the corridor's steps one after another: each [`Laps::time`] records the time since the
@@ -129,6 +131,11 @@ impl Metrics {
     /// One audit record appended (durably, under the journal's durability), and how long it took.
     pub(crate) fn audit_append(&self, took: Duration) {
         crate::lock(&self.audit_append).observe(took);
+    }
+
+    /// One policy reload: put in force, or refused (the old policy stayed).
+    pub(crate) fn policy_reload(&self, loaded: bool) {
+        self.reloads[usize::from(!loaded)].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
     fn render_counted(&self, out: &mut String) {
@@ -320,8 +327,38 @@ impl Gate {
         let _ = writeln!(
             out,
             "toolgate_policy_info{{sha256=\"{}\"}} 1",
-            self.policy.sha256()
+            self.current().policy().sha256()
         );
+        header(
+            &mut out,
+            "toolgate_policy_reloads_total",
+            "counter",
+            "Policy reloads since start: loaded (in force for calls after it) or refused (the file did not load or fit the tools; the old policy stayed).",
+        );
+        for (result, n) in ["loaded", "refused"].iter().zip(&self.metrics.reloads) {
+            let n = n.load(std::sync::atomic::Ordering::Relaxed);
+            let _ = writeln!(
+                out,
+                "toolgate_policy_reloads_total{{result=\"{result}\"}} {n}"
+            );
+        }
+        let verifies = self.verify_counts();
+        if !verifies.is_empty() {
+            header(
+                &mut out,
+                "toolgate_verify_total",
+                "counter",
+                "Postconditions checked after a call, by tool and decision (continue, stop, rollback).",
+            );
+            for ((tool, decision), n) in verifies {
+                let _ = writeln!(
+                    out,
+                    "toolgate_verify_total{{tool=\"{}\",decision=\"{}\"}} {n}",
+                    escape(&tool),
+                    decision.as_str()
+                );
+            }
+        }
         out
     }
 }

@@ -26,10 +26,12 @@ use toolgate_store::ledger::Ledger;
 use toolgate_store::state::StateStore;
 
 mod limits;
+mod live;
 mod metrics;
 mod ready;
 
 pub use limits::RateLimits;
+pub use live::{ReloadError, Reloaded};
 pub(crate) use metrics::{Laps, UNKNOWN_TOOL};
 pub use metrics::{Metrics, upstream_series};
 pub use ready::{Probe, Readiness};
@@ -87,6 +89,9 @@ pub struct Gate {
     /// The central audit ledger replicas share; when set, decisions are recorded there instead
     /// of in the journal's local file.
     ledger: Option<Ledger>,
+    /// The policy in force when it can be reloaded (`live.rs`); `policy` is then the one this
+    /// clone was made with.
+    live: Option<Arc<live::Live>>,
 }
 
 impl Gate {
@@ -110,6 +115,7 @@ impl Gate {
             notifier: None,
             console: None,
             ledger: None,
+            live: None,
         }
     }
 
@@ -172,13 +178,7 @@ impl Gate {
     /// an enabling value ([`enabling`]); the others stay off.
     #[must_use]
     pub fn with_switches(self, lookup: impl Fn(&str) -> Option<String>) -> Self {
-        let policy = self.policy.clone();
-        let open = policy
-            .tools()
-            .filter(|(_, rule)| rule.gated)
-            .map(|(name, _)| policy.gate_env(name))
-            .filter(|env| lookup(env).is_some_and(|value| enabling(&value)))
-            .collect();
+        let open = live::open_gates(&self.policy, &lookup);
         self.with_open_gates(open)
     }
 

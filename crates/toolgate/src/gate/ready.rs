@@ -46,7 +46,7 @@ impl Gate {
             Probe {
                 name: "policy",
                 ok: true,
-                detail: format!("sha256 {}", self.policy.sha256()),
+                detail: format!("sha256 {}", self.current().policy().sha256()),
             },
             Probe {
                 name: "audit",

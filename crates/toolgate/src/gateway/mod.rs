@@ -171,7 +171,7 @@ impl Inner {
         // the tool rather than being evaluated against arguments it was not written for.
         for (name, types) in catalog.argument_types() {
             let one = std::iter::once((name.clone(), types)).collect();
-            if let Err(error) = self.gate.policy().check_tools(&one) {
+            if let Err(error) = self.gate.current().policy().check_tools(&one) {
                 withheld.push((
                     name.clone(),
                     routes
@@ -299,7 +299,8 @@ impl Toolset for Gateway {
     /// ever called this way; anything else gets the gate's synthesised preview.
     fn dry_run<'a>(&'a self, name: &'a str, arguments: &'a Map<String, Value>) -> DryRunFuture<'a> {
         Box::pin(async move {
-            let policy = self.inner.gate.policy();
+            let gate = self.inner.gate.current();
+            let policy = gate.policy();
             let rule = policy.rule(name)?;
             let preview_tool = rule.dry_run_tool.as_deref()?;
             let snapshot = self.snapshot();

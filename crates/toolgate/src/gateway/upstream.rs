@@ -712,6 +712,7 @@ impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
         if let Some(gate) = &self.gate {
+            let gate = gate.current();
             let policy = gate.policy();
             if policy.passes_request(Question::Sampling, &self.upstream) {
                 capabilities.sampling = Some(SamplingCapability::default());

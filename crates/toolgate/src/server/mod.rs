@@ -39,6 +39,7 @@ pub use resolutions::{Sweeper, audit_resolutions, record_resolutions};
 
 use crate::corridor::{CallState, Corridor, from_upstream};
 pub use crate::corridor::{Gate, RateLimits, request_label};
+pub use crate::gate::{ReloadError, Reloaded};
 
 use crate::toolset::{Caller, PassFuture, Passthrough, Toolset};
 
@@ -94,8 +95,8 @@ pub struct GateServer {
     /// person answer pending at once instead of holding the shutdown up.
     shutdown: CancellationToken,
     /// Where calls held for a person become tasks, when this server offers them (`tasks.rs`):
-    /// decided once from the gate, since neither its queue nor its policy changes.
-    tasks: Option<toolgate_store::tasks::TaskStore>,
+    /// decided once per policy in force.
+    tasks: Arc<std::sync::Mutex<tasks::Offered>>,
 }
 
 impl GateServer {
@@ -103,7 +104,7 @@ impl GateServer {
     #[must_use]
     pub fn new(gate: Gate, toolset: Arc<dyn Toolset>) -> Self {
         Self {
-            tasks: tasks::offered(&gate),
+            tasks: Arc::new(std::sync::Mutex::new(tasks::Offered::new(&gate))),
             gate,
             toolset,
             meta: server_meta(&crate::implementation()),
@@ -178,6 +179,7 @@ impl GateServer {
     #[must_use]
     pub fn scopes(&self) -> Vec<String> {
         self.gate
+            .current()
             .policy()
             .scopes()
             .into_iter()
@@ -189,7 +191,8 @@ impl GateServer {
     /// that does not exist for anyone gets no scope challenge that would reveal it).
     #[must_use]
     pub fn required_scope(&self, tool: &str) -> Option<String> {
-        let policy = self.gate.policy();
+        let gate = self.gate.current();
+        let policy = gate.policy();
         if !self.toolset.catalog().has(tool) || !policy.visible(tool) {
             return None;
         }
@@ -204,7 +207,11 @@ impl GateServer {
         tool: &str,
         arguments: Option<&serde_json::Map<String, serde_json::Value>>,
     ) {
-        let gate = self.gate.clone().with_principal(principal.clone());
+        let gate = self
+            .gate
+            .current()
+            .into_owned()
+            .with_principal(principal.clone());
         let empty = serde_json::Map::new();
         let event = gate.event(
             tool,
@@ -226,9 +233,11 @@ impl GateServer {
             .extensions
             .get::<http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<Principal>());
+        // The policy in force when the request arrives: a reload after this leaves it alone.
+        let current = self.gate.current();
         match verified {
-            Some(principal) => Cow::Owned(self.gate.clone().with_principal(principal.clone())),
-            None => Cow::Borrowed(&self.gate),
+            Some(principal) => Cow::Owned(current.into_owned().with_principal(principal.clone())),
+            None => current,
         }
     }
 }
@@ -437,7 +446,8 @@ impl ServerHandler for GateServer {
         let Some(pass) = self.passthrough(Kind::Prompts) else {
             return Err(ErrorData::method_not_found::<ListPromptsRequestMethod>());
         };
-        let policy = self.gate.policy();
+        let gate = self.gate.current();
+        let policy = gate.policy();
         let prompts = pass.prompts().await?;
         let allowed = prompts
             .into_iter()
@@ -451,7 +461,7 @@ impl ServerHandler for GateServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let name = request.name.to_string();
-        let allowed = self.gate.policy().prompt_allowed(&name);
+        let allowed = self.gate.current().policy().prompt_allowed(&name);
         if !self.passes(Kind::Prompts) {
             return Err(ErrorData::method_not_found::<GetPromptRequestMethod>());
         }
@@ -477,7 +487,8 @@ impl ServerHandler for GateServer {
         let Some(pass) = self.passthrough(Kind::Resources) else {
             return Err(ErrorData::method_not_found::<ListResourcesRequestMethod>());
         };
-        let policy = self.gate.policy();
+        let gate = self.gate.current();
+        let policy = gate.policy();
         let resources = pass.resources().await?;
         let allowed = resources
             .into_iter()
@@ -496,7 +507,8 @@ impl ServerHandler for GateServer {
                 ListResourceTemplatesRequestMethod,
             >());
         };
-        let policy = self.gate.policy();
+        let gate = self.gate.current();
+        let policy = gate.policy();
         let templates = pass.resource_templates().await?;
         let allowed = templates
             .into_iter()
@@ -512,7 +524,8 @@ impl ServerHandler for GateServer {
         request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let policy = self.gate.policy();
+        let gate = self.gate.current();
+        let policy = gate.policy();
         let (kind, name) = match &request.r#ref {
             Reference::Prompt(prompt) => (Kind::Prompts, prompt.name.clone()),
             Reference::Resource(resource) => (Kind::Resources, resource.uri.clone()),
@@ -562,7 +575,7 @@ impl ServerHandler for GateServer {
             return Err(ErrorData::method_not_found::<SubscribeRequestMethod>());
         }
         let uri = request.uri.clone();
-        let allowed = self.gate.policy().resource_allowed(&uri);
+        let allowed = self.gate.current().policy().resource_allowed(&uri);
         let kind = ("resources/subscribe", "resource", "passthrough.resources");
         let gate = self.gate_for(&context);
         let caller = caller(&context, (None, None));
@@ -590,7 +603,7 @@ impl ServerHandler for GateServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let uri = request.uri.clone();
-        let allowed = self.gate.policy().resource_allowed(&uri);
+        let allowed = self.gate.current().policy().resource_allowed(&uri);
         if !self.passes(Kind::Resources) {
             return Err(ErrorData::method_not_found::<ReadResourceRequestMethod>());
         }
@@ -609,7 +622,7 @@ impl ServerHandler for GateServer {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.visible_tools(&self.gate)
+        self.visible_tools(&self.gate.current())
             .into_iter()
             .find(|tool| tool.name == name)
     }
@@ -694,7 +707,7 @@ impl GateServer {
     /// Whether the server passes upstream tasks: a toolset with upstreams, and a policy that
     /// passes some upstream's tasks (`[passthrough] tasks`).
     fn passes_tasks(&self) -> bool {
-        self.toolset.passthrough().is_some() && self.gate.policy().passes_tasks()
+        self.toolset.passthrough().is_some() && self.gate.current().policy().passes_tasks()
     }
 
     /// Where a `tasks/*` request goes, and the caller's gate. rmcp has answered a request the
@@ -715,7 +728,8 @@ impl GateServer {
     }
 
     fn passthrough(&self, kind: Kind) -> Option<&dyn Passthrough> {
-        let policy = self.gate.policy();
+        let gate = self.gate.current();
+        let policy = gate.policy();
         let named = match kind {
             Kind::Prompts => policy.passes_prompts(),
             Kind::Resources => policy.passes_resources(),

@@ -73,7 +73,7 @@ pub async fn audit_resolutions(gate: Gate) {
                 now.changed_at.map_or(Value::Null, Value::from),
             )
             .with("rule", "killswitch")
-            .with("policy_sha256", gate.policy().sha256());
+            .with("policy_sha256", gate.current().policy().sha256());
             if gate.record(event).await.is_ok() {
                 switch = Some(now);
             }

@@ -50,10 +50,32 @@ pub(super) fn offered(gate: &Gate) -> Option<TaskStore> {
         .map(TaskStore::beside)
 }
 
+/// [`offered`] as last decided, and the policy it was decided under (a reload may change it).
+#[derive(Debug)]
+pub(super) struct Offered {
+    policy_sha256: String,
+    store: Option<TaskStore>,
+}
+
+impl Offered {
+    pub(super) fn new(gate: &Gate) -> Self {
+        Self {
+            policy_sha256: gate.policy().sha256().to_owned(),
+            store: offered(gate),
+        }
+    }
+}
+
 impl GateServer {
-    /// The task store, when this server hands out tasks for held calls ([`offered`]).
+    /// The task store, when this server hands out tasks for held calls ([`offered`]) under the
+    /// policy in force: decided once per policy, not on every call.
     pub(super) fn approval_tasks(&self) -> Option<TaskStore> {
-        self.tasks.clone()
+        let gate = self.gate.current();
+        let mut offered = crate::lock(&self.tasks);
+        if offered.policy_sha256 != gate.policy().sha256() {
+            *offered = Offered::new(&gate);
+        }
+        offered.store.clone()
     }
 
     /// [`Self::approval_tasks`] for a request whose caller can take a task: a 2026-07-28 request
