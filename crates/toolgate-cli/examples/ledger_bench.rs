@@ -51,16 +51,25 @@ fn args() -> Args {
             other => panic!("unknown argument {other}"),
         }
     }
-    assert!(out.store.starts_with("postgres"), "--store postgres://… is required");
+    assert!(
+        out.store.starts_with("postgres"),
+        "--store postgres://… is required"
+    );
     out
 }
 
 fn event(i: usize) -> Event {
     let args = json!({"order_id": "ord_1001", "i": i});
-    Event::tool_call("missing", "lookup_order", Decision::Allow, Outcome::Committed, &args)
-        .with("rule", "tools.lookup_order.tier")
-        .with("policy_sha256", "ab".repeat(32))
-        .with("principal", "bench-user")
+    Event::tool_call(
+        "missing",
+        "lookup_order",
+        Decision::Allow,
+        Outcome::Committed,
+        &args,
+    )
+    .with("rule", "tools.lookup_order.tier")
+    .with("policy_sha256", "ab".repeat(32))
+    .with("principal", "bench-user")
 }
 
 /// Appends `records` events from `level` tasks through `append`; returns (records/s, p50 µs,
@@ -93,14 +102,14 @@ where
     }
     let took = start.elapsed();
     samples.sort_unstable();
-    let at = |p: f64| {
-        samples[((samples.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6
-    };
+    let at = |p: f64| samples[((samples.len() - 1) as f64 * p) as usize].as_secs_f64() * 1e6;
     (samples.len() as f64 / took.as_secs_f64(), at(0.5), at(0.99))
 }
 
 async fn fresh_schema(base: &str) -> String {
-    let pool = sqlx::postgres::PgPool::connect(base).await.expect("PostgreSQL");
+    let pool = sqlx::postgres::PgPool::connect(base)
+        .await
+        .expect("PostgreSQL");
     let schema = format!("tg_bench_{}", std::process::id());
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "DROP SCHEMA IF EXISTS {schema} CASCADE; CREATE SCHEMA {schema}"
@@ -119,7 +128,9 @@ async fn main() {
     let parent = args.dir.clone().unwrap_or_else(|| "target".into());
     std::fs::create_dir_all(&parent).expect("bench dir");
     let url = fresh_schema(&args.store).await;
-    let approvals = ApprovalStore::at(&Location::Postgres(url)).await.expect("store");
+    let approvals = ApprovalStore::at(&Location::Postgres(url))
+        .await
+        .expect("store");
     let ledger = Ledger::beside(&approvals).expect("ledger");
     let mut out = std::io::stdout().lock();
     for &level in &args.levels {

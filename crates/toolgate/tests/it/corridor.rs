@@ -31,6 +31,7 @@ use toolgate_core::principal::Principal;
 use toolgate_core::redact::Redactor;
 use toolgate_core::secret::Secret;
 use toolgate_core::time::now_ms;
+use toolgate_store::Location;
 use toolgate_store::approval::{ApprovalStore, Status};
 use toolgate_store::journal::Journal;
 use toolgate_store::state::StateStore;
@@ -400,9 +401,17 @@ struct Harness {
     dir: TempDir,
     probe: Arc<Probe>,
     policy_sha256: String,
+    /// The gate's kill switch and budgets, wherever they are kept.
+    state: StateStore,
 }
 
 async fn start(policy_text: &str, open_gates: &[&str]) -> Harness {
+    start_on(policy_text, open_gates, None).await
+}
+
+/// [`start`] with the approval queue, the switch and the budgets on `store` (`None`: SQLite in the
+/// harness's directory); the journal stays in the directory.
+async fn start_on(policy_text: &str, open_gates: &[&str], store: Option<Location>) -> Harness {
     let dir = tempfile::tempdir().expect("temp dir");
     let (journal, _) = Journal::open(dir.path()).expect("journal");
     let policy = Policy::from_bytes(policy_text.as_bytes()).expect("policy loads");
@@ -417,9 +426,12 @@ async fn start(policy_text: &str, open_gates: &[&str]) -> Harness {
         .expect("policy fits the tools");
     let policy_sha256 = policy.sha256().to_owned();
     let open: BTreeSet<String> = open_gates.iter().map(|g| (*g).to_owned()).collect();
+    let store = store.unwrap_or_else(|| Location::Dir(dir.path().to_owned()));
+    let approvals = ApprovalStore::at(&store).await.expect("approvals");
+    let state = StateStore::beside(&approvals, dir.path()).expect("state");
     let gate = Gate::new(policy, journal)
-        .with_approvals(ApprovalStore::open(dir.path()).await.expect("approvals"))
-        .with_state(StateStore::open(dir.path()).await.expect("state"))
+        .with_approvals(approvals)
+        .with_state(state.clone())
         .with_redactor(Redactor::new(vec![Secret::new(REGISTERED)]))
         .with_open_gates(open)
         .with_principal(Principal::new("local:test"));
@@ -438,6 +450,7 @@ async fn start(policy_text: &str, open_gates: &[&str]) -> Harness {
         },
         dir,
         probe,
+        state,
         policy_sha256,
     }
 }
@@ -743,14 +756,21 @@ async fn a_gated_tool_with_its_switch_off_answers_with_the_tools_own_dry_run() {
 #[tokio::test]
 async fn a_gated_medium_tool_answered_with_its_dry_run_spends_no_budget() {
     // policies/filesystem.toml's edit_file: medium and gated. A refusal runs nothing, so it
-    // must not use up the caller's unattended medium calls.
+    // must not use up the caller's unattended medium calls. The same on the in-memory store:
+    // the corridor does not know which store it has.
+    for store in [None, Some(Location::Memory)] {
+        gated_medium_dry_runs_spend_no_budget(store).await;
+    }
+}
+
+async fn gated_medium_dry_runs_spend_no_budget(store: Option<Location>) {
     let text = policy("200ms", "1ms")
         .replace("medium_budget = 5", "medium_budget = 1")
         .replace(
             "[tools.wipe]\ntier = \"low\"",
             "[tools.wipe]\ntier = \"medium\"",
         );
-    let mut h = start(&text, &[]).await;
+    let mut h = start_on(&text, &[], store).await;
     for id in 1..=3 {
         let reply = h
             .conn
@@ -764,7 +784,7 @@ async fn a_gated_medium_tool_answered_with_its_dry_run_spends_no_budget() {
     }
     assert!(!h.probe.saw("wipe:ran"));
     // The one medium call of the budget is still there.
-    let state = StateStore::open(h.dir.path()).await.expect("state");
+    let state = &h.state;
     let window = 3_600_000;
     assert!(
         state
