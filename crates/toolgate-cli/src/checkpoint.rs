@@ -295,4 +295,64 @@ mod tests {
         let other = Ed25519KeyPair::from_pkcs8(other.as_ref()).unwrap();
         assert!(!signed_by(&checkpoint, other.public_key().as_ref()));
     }
+
+    /// A one-request HTTP server on 127.0.0.1 answering `status`; returns its URL and the body
+    /// it will have received.
+    async fn sink_server(status: &'static str) -> (String, tokio::task::JoinHandle<String>) {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/checkpoints", listener.local_addr().unwrap());
+        let received = tokio::spawn(async move {
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = Vec::new();
+            let mut chunk = [0_u8; 4096];
+            // Headers, then as many body bytes as Content-Length says.
+            let body = loop {
+                let n = socket.read(&mut chunk).await.unwrap();
+                request.extend_from_slice(&chunk[..n]);
+                let text = String::from_utf8_lossy(&request).into_owned();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            l.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap())
+                        })
+                        .unwrap_or(0);
+                    if body.len() >= length {
+                        break body.to_owned();
+                    }
+                }
+            };
+            let answer =
+                format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+            socket.write_all(answer.as_bytes()).await.unwrap();
+            body
+        });
+        (url, received)
+    }
+
+    #[tokio::test]
+    async fn an_http_sink_receives_the_checkpoint_and_a_refusal_is_an_error() {
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+        let checkpoint = Checkpoint {
+            count: 7,
+            head: "ab".repeat(32),
+            time: 1_700_000_000_000,
+            key_id: "0123456789abcdef".to_owned(),
+            signature: "c2ln".to_owned(),
+        };
+        let (url, received) = sink_server("204 No Content").await;
+        Sink::parse(&url).push(&checkpoint).await.unwrap();
+        let body = received.await.unwrap();
+        assert_eq!(
+            serde_json::from_str::<Checkpoint>(&body).unwrap(),
+            checkpoint
+        );
+
+        let (url, _received) = sink_server("500 Internal Server Error").await;
+        let refused = Sink::parse(&url).push(&checkpoint).await;
+        assert!(refused.is_err(), "a 500 is not a pushed checkpoint");
+    }
 }
