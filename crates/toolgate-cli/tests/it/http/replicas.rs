@@ -19,20 +19,22 @@ use crate::{policy_with, repo_policy, toolgate};
 
 const DEFAULT_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 
+/// The orders policy with `line` added to the rule of `tool` (a low-tier tool in orders.toml).
+fn orders_with(tool: &str, line: &str) -> String {
+    let text = repo_policy("orders.toml");
+    let rule = format!("[tools.{tool}]\ntier = \"low\"");
+    let changed = text.replacen(&rule, &format!("{rule}\n{line}"), 1);
+    assert_ne!(
+        changed, text,
+        "orders.toml no longer has {tool} as the test expects"
+    );
+    changed
+}
+
 /// The orders policy with `add_note` keyed by its whole arguments: the same note twice is one
 /// effect.
 fn keyed_notes_policy() -> String {
-    let text = repo_policy("orders.toml");
-    let keyed = text.replacen(
-        "[tools.add_note]\ntier = \"low\"",
-        "[tools.add_note]\ntier = \"low\"\nidempotency_key = \"*\"",
-        1,
-    );
-    assert_ne!(
-        keyed, text,
-        "orders.toml no longer has add_note as the test expects"
-    );
-    keyed
+    orders_with("add_note", "idempotency_key = \"*\"")
 }
 
 /// A URL of the suite's PostgreSQL server whose connections see only a new, empty schema.
@@ -147,6 +149,16 @@ impl Fleet {
             .args(["--store", &self.store])
             .output()
             .expect("run toolgate")
+    }
+
+    /// Every record of the fleet's central audit ledger, in chain order.
+    fn ledger_records(&self) -> Vec<Value> {
+        let out = self.store_cli(&["audit", "export"]);
+        assert!(out.status.success(), "audit export: {}", stderr(&out));
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("a record"))
+            .collect()
     }
 
     /// The effects of `kind` every replica made, together.
@@ -284,24 +296,21 @@ fn the_kill_switch_set_through_one_command_stops_every_replica_within_a_second()
             set.elapsed()
         );
     }
-    for scratch in &fleet.scratches {
-        let records = scratch.records();
-        let count = |decision: &str, outcome: &str| {
-            records
-                .iter()
-                .filter(|r| {
-                    r["rule"] == "killswitch"
-                        && r["decision"] == decision
-                        && r["outcome"] == outcome
-                })
-                .count()
-        };
-        assert_eq!(
-            (count("control", "switch_on"), count("deny", "not_executed")),
-            (1, 1),
-            "each replica audits the switch it saw and its refusal: {records:#?}"
-        );
-    }
+    // Into the one ledger: each replica's refusal, and each replica's record of the switch it saw.
+    let records = fleet.ledger_records();
+    let count = |decision: &str, outcome: &str| {
+        records
+            .iter()
+            .filter(|r| {
+                r["rule"] == "killswitch" && r["decision"] == decision && r["outcome"] == outcome
+            })
+            .count()
+    };
+    assert_eq!(
+        (count("control", "switch_on"), count("deny", "not_executed")),
+        (3, 3),
+        "{records:#?}"
+    );
     let out = fleet.cli(2, &["killswitch", "off", "--as", "human:sre"]);
     assert!(out.status.success(), "{}", stderr(&out));
     std::thread::sleep(Duration::from_secs(1));
@@ -429,16 +438,7 @@ fn wait_for_file(path: &Path) {
 #[test]
 fn a_rate_limit_is_one_bucket_across_replicas() {
     // Three lookups an hour per caller, whichever replica serves them.
-    let text = repo_policy("orders.toml");
-    let limited = text.replacen(
-        "[tools.lookup_order]\ntier = \"low\"",
-        "[tools.lookup_order]\ntier = \"low\"\nrate_limit = { burst = 3, every = \"1h\" }",
-        1,
-    );
-    assert_ne!(
-        limited, text,
-        "orders.toml no longer has lookup_order as the test expects"
-    );
+    let limited = orders_with("lookup_order", "rate_limit = { burst = 3, every = \"1h\" }");
     let fleet = Fleet::start(3, &limited, |_| Vec::new());
     let http = Http::new();
     let lookup = json!({"order_id": "ord_1001"});
