@@ -11,7 +11,7 @@
 //!
 //! Design decision: a closed `enum` of backends, not a trait object per store. The two SQL
 //! backends run the same statement text wherever the dialects agree (placeholders are `$N`, which
-//! both drivers take; booleans are `TRUE` / `NOT x`; counts use `FILTER`), and [`on_sql!`] type
+//! both drivers take; booleans are `TRUE` / `NOT x`; counts use `FILTER`), and [`on_db!`] type
 //! checks one body against each driver, so a rule reads once for both; where they differ (how a
 //! writer serialises, how a row is locked), [`WritePool`] names the difference. A trait per store
 //! would write every statement twice and box every future on the hot path, for backends nobody

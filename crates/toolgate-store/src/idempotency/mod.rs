@@ -17,8 +17,10 @@
 //! Who owns a row is the boot id of the process run that claimed it ([`boot_id`]). A row in flight
 //! under another boot id is read as "that run died between forwarding and recording": only the
 //! serving process forwards calls, and the audit log's exclusive lock keeps a second serving
-//! process off the same data directory (DESIGN.md §5), so another live owner cannot exist. Sharing
-//! keys between live replicas (PostgreSQL) will need a lease instead of this reading.
+//! process off the same data directory (DESIGN.md §5), so another live owner cannot exist. Replicas
+//! sharing keys in PostgreSQL are alive beside each other, so there each process renews a lease
+//! (`toolgate_owners`): a row in flight under an owner whose lease is current is a call running on
+//! another replica ([`Claim::InFlight`]), and only one whose lease ran out is a dead run's.
 
 #[cfg(test)]
 mod tests;
