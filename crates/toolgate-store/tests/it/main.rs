@@ -3,5 +3,6 @@
 //! server `TOOLGATE_TEST_POSTGRES` names, by default the local one) and memory.
 
 mod backends;
+mod durable;
 mod guarantees;
 mod ledger;
