@@ -22,7 +22,7 @@ pub(crate) mod postgres;
 pub(crate) mod sqlite;
 
 use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use sqlx::postgres::PgPool;
@@ -247,15 +247,6 @@ impl Location {
             Self::Dir(dir) => Ok(Db::Sqlite(sqlite::open_pool(dir).await?)),
             Self::Postgres(url) => Ok(Db::Postgres(postgres::Postgres::connect(url).await?)),
             Self::Memory => Ok(Db::Memory(Arc::default())),
-        }
-    }
-
-    /// The data directory, when the state lives in one.
-    #[must_use]
-    pub fn dir(&self) -> Option<&Path> {
-        match self {
-            Self::Dir(dir) => Some(dir),
-            Self::Postgres(_) | Self::Memory => None,
         }
     }
 }

@@ -349,7 +349,7 @@ async fn migrate(pool: &PgPool) -> Result<Option<i64>, sqlx::Error> {
 
 /// Extends `owner`'s lease to [`LEASE`] from now.
 async fn renew(pool: &PgPool, owner: &str) -> Result<(), sqlx::Error> {
-    let now = now_ms();
+    let now = toolgate_core::time::now_ms();
     let until = now + i64::try_from(LEASE.as_millis()).unwrap_or(i64::MAX);
     sqlx::query(
         "INSERT INTO toolgate_owners (owner, alive_until) VALUES ($1, $2)
@@ -360,12 +360,6 @@ async fn renew(pool: &PgPool, owner: &str) -> Result<(), sqlx::Error> {
     .execute(pool)
     .await
     .map(drop)
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 /// `url` with any password removed, for messages: `postgres://user@host/db`.

@@ -146,13 +146,27 @@ impl Ledger {
         after: u64,
         out: &mut (dyn std::io::Write + Send),
     ) -> Result<u64, StoreError> {
-        let mut from = i64::try_from(after).unwrap_or(i64::MAX);
+        self.copy(i64::try_from(after).unwrap_or(i64::MAX), i64::MAX, out)
+            .await
+    }
+
+    /// Writes the records after count `after` and up to count `through` to `out`, a page at a
+    /// time, in chain order; returns how many.
+    async fn copy(
+        &self,
+        after: i64,
+        through: i64,
+        out: &mut (dyn std::io::Write + Send),
+    ) -> Result<u64, StoreError> {
+        let mut from = after;
         let mut written = 0;
         loop {
             let rows: Vec<(i64, String)> = sqlx::query_as(
-                "SELECT seq, line FROM audit_ledger WHERE seq > $1 ORDER BY seq LIMIT $2",
+                "SELECT seq, line FROM audit_ledger WHERE seq > $1 AND seq <= $2
+                 ORDER BY seq LIMIT $3",
             )
             .bind(from)
+            .bind(through)
             .bind(PAGE)
             .fetch_all(&self.pool)
             .await
@@ -168,18 +182,6 @@ impl Ledger {
                 written += 1;
             }
         }
-    }
-
-    /// The `sha256` of record number `count`, if the ledger still holds it.
-    ///
-    /// # Errors
-    /// The database could not answer.
-    pub async fn head_at(&self, count: u64) -> Result<Option<String>, StoreError> {
-        sqlx::query_scalar("SELECT sha256 FROM audit_ledger WHERE seq = $1")
-            .bind(i64::try_from(count).unwrap_or(i64::MAX))
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(StoreError::query("cannot read the ledger"))
     }
 
     /// Stores a checkpoint; `false` when one at that count is already there (another replica
@@ -236,7 +238,6 @@ impl Ledger {
     /// The database could not answer, or the archive could not be written (then nothing was
     /// deleted).
     pub async fn prune(&self, before: i64, archive: std::fs::File) -> Result<Pruned, StoreError> {
-        use std::io::Write as _;
         let through = self
             .checkpoints()
             .await?
@@ -250,27 +251,7 @@ impl Ledger {
         };
         let last = i64::try_from(through.count).unwrap_or(i64::MAX);
         let mut archive = std::io::BufWriter::new(archive);
-        let mut from = 0;
-        loop {
-            let rows: Vec<(i64, String)> = sqlx::query_as(
-                "SELECT seq, line FROM audit_ledger WHERE seq > $1 AND seq <= $2
-                 ORDER BY seq LIMIT $3",
-            )
-            .bind(from)
-            .bind(last)
-            .bind(PAGE)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(StoreError::query("cannot read the ledger"))?;
-            let Some((seq, _)) = rows.last() else { break };
-            from = *seq;
-            for (_, line) in &rows {
-                archive
-                    .write_all(line.as_bytes())
-                    .and_then(|()| archive.write_all(b"\n"))
-                    .map_err(|source| StoreError::Write { source })?;
-            }
-        }
+        self.copy(0, last, &mut archive).await?;
         // On disk before anything leaves the ledger.
         archive
             .into_inner()
