@@ -13,6 +13,7 @@
 //! `method` alone, a response `result` or `error`; an id is a string or an integer), so a message
 //! let through here is one rmcp reads the same way.
 
+use rmcp::model::{NumberOrString, RequestId};
 use serde_json::{Map, Value};
 
 use toolgate_core::json::{self as strict, JsonError};
@@ -25,11 +26,25 @@ pub(super) const INVALID_REQUEST: i64 = -32600;
 pub(super) const INVALID_PARAMS: i64 = -32602;
 
 /// The tool a `tools/call` names and its arguments; empty for every other message. Rides in the
-/// request's extensions from the `json_rpc` layer to the token and scope layers.
+/// request's extensions from the `json_rpc` layer to the token and scope layers, and to
+/// `dispatch`, which may answer the call itself ([`Short`]).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Called {
     pub(super) tool: Option<String>,
     pub(super) arguments: Option<Map<String, Value>>,
+    /// Set when the call may take the front door's short way (`short.rs`).
+    pub(super) short: Option<Short>,
+    /// The request a `notifications/cancelled` is about.
+    pub(super) cancelled: Option<RequestId>,
+}
+
+/// A `tools/call` request that says nothing beyond its tool, arguments and plain `_meta`: no
+/// progress token (progress rides the request's own stream, which only rmcp keeps), no
+/// per-request protocol metadata (2026-07-28), no `inputResponses` or `requestState`.
+#[derive(Debug, Clone)]
+pub(super) struct Short {
+    pub(super) id: RequestId,
+    pub(super) meta: Map<String, Value>,
 }
 
 /// Why a body is not a message we will pass on.
@@ -73,7 +88,7 @@ pub(super) fn read(body: &[u8]) -> Result<Called, MessageError> {
         return Err(shape("\"jsonrpc\" must be \"2.0\""));
     }
     let id = message.get("id");
-    let is_call = match (
+    let (is_call, is_cancel) = match (
         message.get("method"),
         message.contains_key("result"),
         message.contains_key("error"),
@@ -83,7 +98,10 @@ pub(super) fn read(body: &[u8]) -> Result<Called, MessageError> {
             if id.is_some_and(|id| !request_id(id)) {
                 return Err(shape("\"id\" must be a string or an integer"));
             }
-            method == "tools/call"
+            (
+                method == "tools/call",
+                method == "notifications/cancelled" && id.is_none(),
+            )
         }
         (Some(_), false, false) => return Err(shape("\"method\" must be a string")),
         // A response to a request of ours; an error about a request that could not be read
@@ -109,9 +127,29 @@ pub(super) fn read(body: &[u8]) -> Result<Called, MessageError> {
         Some(_) => return Err(shape("\"params\" must be an object")),
     };
     if is_call {
-        return called(params);
+        let id = message.get("id").and_then(plain_id);
+        return called(params, id);
+    }
+    if is_cancel {
+        let cancelled = params
+            .as_ref()
+            .and_then(|params| params.get("requestId"))
+            .and_then(plain_id);
+        return Ok(Called {
+            cancelled,
+            ..Called::default()
+        });
     }
     Ok(Called::default())
+}
+
+/// A string or an `i64` id, as rmcp holds it (rmcp's other readings stay its own to make).
+fn plain_id(id: &Value) -> Option<RequestId> {
+    match id {
+        Value::String(id) => Some(NumberOrString::String(id.as_str().into())),
+        Value::Number(n) => n.as_i64().map(NumberOrString::Number),
+        _ => None,
+    }
 }
 
 fn shape(why: &'static str) -> MessageError {
@@ -134,8 +172,12 @@ fn request_id(id: &Value) -> bool {
 }
 
 /// The tool and arguments of `tools/call`: without a tool name there is no scope to check, so
-/// such a call goes no further (fail closed), whatever rmcp would have made of it.
-fn called(params: Option<Map<String, Value>>) -> Result<Called, MessageError> {
+/// such a call goes no further (fail closed), whatever rmcp would have made of it. A request
+/// (`id`) whose params hold nothing else but a plain `_meta` may take the short way.
+fn called(
+    params: Option<Map<String, Value>>,
+    id: Option<RequestId>,
+) -> Result<Called, MessageError> {
     let mut params = params.ok_or(MessageError::CallParams {
         why: "params are missing",
     })?;
@@ -153,8 +195,27 @@ fn called(params: Option<Map<String, Value>>) -> Result<Called, MessageError> {
             });
         }
     };
+    let meta = match params.remove("_meta") {
+        None | Some(Value::Null) => Some(Map::new()),
+        Some(Value::Object(meta)) => Some(meta),
+        Some(_) => None,
+    };
+    let short = match (id, meta) {
+        (Some(id), Some(meta)) if params.is_empty() && plain_meta(&meta) => {
+            Some(Short { id, meta })
+        }
+        _ => None,
+    };
     Ok(Called {
         tool: Some(tool),
         arguments,
+        short,
+        cancelled: None,
     })
+}
+
+/// `_meta` with no progress token and no key of the protocol's own (`io.modelcontextprotocol/`).
+fn plain_meta(meta: &Map<String, Value>) -> bool {
+    meta.keys()
+        .all(|key| key != "progressToken" && !key.starts_with("io.modelcontextprotocol/"))
 }

@@ -29,12 +29,12 @@ mod challenge;
 mod error;
 pub(crate) mod layers;
 mod message;
+mod short;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -77,6 +77,9 @@ pub struct HttpConfig {
     pub read_timeout: Duration,
     /// Connections served at once; more wait in the listen backlog.
     pub max_connections: usize,
+    /// How often an open answer stream carries a keep-alive comment, so that a call held for a
+    /// while does not look like a dead connection to the client or a proxy between.
+    pub keep_alive: Duration,
 }
 
 impl HttpConfig {
@@ -106,6 +109,7 @@ impl HttpConfig {
             max_body: DEFAULT_MAX_BODY,
             read_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            keep_alive: Duration::from_secs(15),
         })
     }
 }
@@ -304,13 +308,18 @@ async fn serve_metadata(State(metadata): State<Arc<challenge::Metadata>>) -> Res
         .into_response()
 }
 
-/// rmcp's service, and who owns each legacy session.
+/// rmcp's service, and the server it serves, whose sessions the front door also knows.
 struct Mcp {
     service: StreamableHttpService<GateServer, LocalSessionManager>,
-    /// Legacy sessions and the subject that opened each: a session id is no bearer credential.
-    sessions: Mutex<HashMap<String, String>>,
-    /// rmcp's sessions, to forget owners of sessions that ended.
+    /// The server of every session (rmcp's factory clones it): its `Sessions` say who opened
+    /// each legacy session and with which client, and the short way calls it (`short.rs`).
+    server: GateServer,
+    /// rmcp's sessions, to forget owners of sessions that ended and to keep used ones alive.
     session_manager: Arc<LocalSessionManager>,
+    /// The server's stop: a call answered by the front door is cancelled with it, as rmcp's are.
+    shutdown: CancellationToken,
+    /// [`HttpConfig::keep_alive`].
+    keep_alive: Duration,
 }
 
 impl std::fmt::Debug for Mcp {
@@ -328,31 +337,40 @@ impl Mcp {
             .enforce_origin_validation()
             .with_max_request_body_bytes(config.max_body)
             .with_json_response(true)
-            .with_cancellation_token(shutdown);
+            .with_sse_keep_alive(Some(config.keep_alive))
+            .with_cancellation_token(shutdown.clone());
         let session_manager = Arc::new(LocalSessionManager::default());
+        let factory = server.clone();
         let service = StreamableHttpService::new(
-            move || Ok(server.clone()),
+            move || Ok(factory.clone()),
             session_manager.clone(),
             mcp_config,
         );
         Self {
             service,
-            sessions: Mutex::new(HashMap::new()),
+            server,
             session_manager,
+            shutdown,
+            keep_alive: config.keep_alive,
         }
     }
 }
 
-/// A request the front door let in, to rmcp; legacy sessions stay with the subject that opened
-/// them.
+/// A request the front door let in: a session's plain `tools/call` is answered here
+/// (`short.rs`), the rest by rmcp; legacy sessions stay with the subject that opened them.
 async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response {
     let sub = request
         .extensions()
         .get::<Principal>()
         .map(|p| p.sub.clone());
-    if let Some(sub) = &sub
-        && let Some(session) = request.headers().get(SESSION_HEADER)
-        && !mcp.session_is_for(session, sub)
+    let sessions = mcp.server.sessions();
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|session| session.to_str().ok())
+        .map(str::to_owned);
+    if let (Some(sub), Some(session)) = (&sub, &session)
+        && !sessions.is_for(session, sub)
     {
         // Someone else's legacy session: rmcp is asked about one that does not exist, so the
         // answer is, byte for byte, the one an invented id gets.
@@ -360,6 +378,19 @@ async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response
         request
             .headers_mut()
             .insert(SESSION_HEADER, http::HeaderValue::from_static("none"));
+    } else if let Some(session) = &session {
+        if let Some(cancelled) = request
+            .extensions()
+            .get::<message::Called>()
+            .and_then(|called| called.cancelled.as_ref())
+        {
+            // Passed on to rmcp too, which cancels the call if it is one of its own.
+            sessions.cancel(session, cancelled);
+        }
+        request = match short::answer(&mcp, request).await {
+            Ok(response) => return response,
+            Err(request) => request,
+        };
     }
     let ended = (request.method() == Method::DELETE)
         .then(|| request.headers().get(SESSION_HEADER).cloned())
@@ -374,16 +405,16 @@ async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response
             "not a JSON-RPC message this server reads".to_owned(),
         );
     }
-    if let (Some(sub), Some(session)) = (sub, response.headers().get(SESSION_HEADER))
-        && let Ok(session) = session.to_str()
+    if let Some(opened) = response.headers().get(SESSION_HEADER)
+        && let Ok(opened) = opened.to_str()
     {
-        mcp.remember_session(session, sub).await;
+        mcp.remember_session(opened, sub).await;
     }
     if let Some(ended) = ended
         && response.status().is_success()
         && let Ok(ended) = ended.to_str()
     {
-        mcp.forget_session(ended);
+        sessions.forget(ended);
         // rmcp says 202 Accepted, but the session is gone by now and the answer carries nothing:
         // 204 No Content (RFC 9110 §9.3.5), one of the two a client checks for (the Python SDK
         // logs "Session termination failed" for anything but 200 and 204).
@@ -392,46 +423,30 @@ async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response
     response.map(Body::new)
 }
 
-const SESSION_HEADER: &str = "mcp-session-id";
+use crate::server::SESSION_HEADER;
 
 impl Mcp {
-    /// Whether a legacy session id may be used by `sub`: it was opened by `sub`, or it is not
-    /// ours to judge (unknown ids get rmcp's 404).
-    fn session_is_for(&self, session: &http::HeaderValue, sub: &str) -> bool {
-        let sessions = crate::lock(&self.sessions);
-        session
-            .to_str()
-            .ok()
-            .and_then(|id| sessions.get(id))
-            .is_none_or(|owner| owner == sub)
-    }
-
-    /// Records who opened `session`; past a thousand sessions, first forgets those rmcp no
-    /// longer has (closed or expired), so the map is as big as the live sessions.
-    async fn remember_session(&self, session: &str, sub: String) {
-        let known: Vec<String> = {
-            let mut sessions = crate::lock(&self.sessions);
-            sessions.entry(session.to_owned()).or_insert(sub);
-            if sessions.len() < 1024 || !sessions.len().is_power_of_two() {
-                return;
-            }
-            sessions.keys().cloned().collect()
-        };
-        let live = self.session_manager.sessions.read().await;
-        let ended: Vec<String> = known
-            .into_iter()
-            .filter(|id| !live.contains_key(id.as_str()))
-            .collect();
-        drop(live);
-        let mut sessions = crate::lock(&self.sessions);
-        for id in ended {
-            sessions.remove(&id);
+    /// Records who opened `session`, when a token said; past a thousand sessions, first
+    /// forgets those rmcp no longer has (closed or expired), so the map is as big as the live
+    /// sessions.
+    async fn remember_session(&self, session: &str, sub: Option<String>) {
+        let sessions = self.server.sessions();
+        if let Some(sub) = sub {
+            sessions.remember(session, sub);
         }
-    }
-
-    fn forget_session(&self, session: &str) {
-        let mut sessions = crate::lock(&self.sessions);
-        sessions.remove(session);
+        let known = sessions.len();
+        if known < 1024 || !known.is_power_of_two() {
+            return;
+        }
+        let live: std::collections::HashSet<String> = self
+            .session_manager
+            .sessions
+            .read()
+            .await
+            .keys()
+            .map(|id| id.to_string())
+            .collect();
+        sessions.retain(|id| live.contains(id));
     }
 }
 

@@ -34,6 +34,7 @@ use super::{HttpConfig, ResourceError, canonical_resource, router};
 use crate::GateServer;
 use crate::corridor::answer;
 use crate::server::Gate;
+use crate::server::SESSION_HEADER;
 use crate::toolset::{Call, CallFuture, Catalog, Toolset};
 use toolgate_core::json::{self as strict, JsonError, MAX_DEPTH};
 
@@ -50,10 +51,13 @@ scope = "notes:read"
 [tools.rm_rf]
 tier = "blocked"
 scope = "admin"
+[tools.wait]
+scope = "notes:write"
 "#;
 
 /// The seed's three tools: `write_note` answers that it committed, `read_ledger` that there is
-/// nothing yet, `rm_rf` is registered for the gate to hide. The front door is what is tested.
+/// nothing yet, `rm_rf` is registered for the gate to hide; and `wait`, which takes `ms`
+/// milliseconds unless the call is cancelled first. The front door is what is tested.
 #[derive(Debug)]
 struct Notes {
     catalog: Arc<Catalog>,
@@ -77,6 +81,10 @@ impl Notes {
                 "rm_rf",
                 json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
             ),
+            tool(
+                "wait",
+                json!({"type": "object", "properties": {"ms": {"type": "integer"}}, "required": ["ms"]}),
+            ),
         ]);
         Self {
             catalog: Arc::new(catalog),
@@ -90,6 +98,16 @@ impl Toolset for Notes {
     }
 
     fn call<'a>(&'a self, call: Call<'a>) -> CallFuture<'a> {
+        if call.name == "wait" {
+            let ms = call.arguments["ms"].as_u64().unwrap_or_default();
+            return Box::pin(async move {
+                let waited = tokio::select! {
+                    () = tokio::time::sleep(Duration::from_millis(ms)) => true,
+                    () = call.ct.cancelled() => false,
+                };
+                Ok(answer::success(json!({"waited": waited})))
+            });
+        }
         let answer = match call.name {
             "write_note" => {
                 json!({"status": "committed", "request_id": call.arguments["request_id"]})
@@ -1069,6 +1087,8 @@ async fn bearer_admits_a_good_token_and_refuses_every_other_with_the_same_401() 
     );
     let mut calling = request(None);
     calling.extensions_mut().insert(Called {
+        short: None,
+        cancelled: None,
         tool: Some("write_note".to_owned()),
         arguments: None,
     });
@@ -1172,6 +1192,8 @@ async fn scope_refuses_a_tool_the_principal_may_not_call_and_audits_it() {
         if let Some(tool) = tool {
             let arguments = json!({"text": "hi"}).as_object().cloned();
             request.extensions_mut().insert(Called {
+                short: None,
+                cancelled: None,
                 tool: Some(tool.to_owned()),
                 arguments,
             });
@@ -1495,4 +1517,231 @@ async fn probes_answer_without_a_token_and_readiness_names_each_check() {
     assert_eq!(ready["checks"]["serving"]["detail"], "shutting down");
     let (status, _, _) = send(&app, probe("/healthz", "127.0.0.1:7777")).await;
     assert_eq!(status, StatusCode::OK);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The short way of a legacy session's `tools/call` (short.rs)
+
+/// A legacy (2025-11-25) request on `session` (none for `initialize`) with `token`.
+fn legacy(token: &str, session: Option<&str>, body: &Value) -> Request<Body> {
+    let mut request = Request::post("/mcp")
+        .header(header::HOST, "127.0.0.1:7777")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::ACCEPT, "application/json, text/event-stream")
+        .header(header::AUTHORIZATION, format!("Bearer {token}"));
+    if let Some(session) = session {
+        request = request
+            .header(SESSION_HEADER, session)
+            .header("mcp-protocol-version", "2025-11-25");
+    }
+    request.body(Body::from(body.to_string())).expect("request")
+}
+
+/// Opens and initializes a legacy session whose client declares `capabilities`: its id.
+async fn open_session(app: &axum::Router, token: &str, capabilities: &Value) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": capabilities,
+        "clientInfo": {"name": "t", "version": "0"}}});
+    let opened = app
+        .clone()
+        .oneshot(legacy(token, None, &initialize))
+        .await
+        .expect("response");
+    assert_eq!(opened.status(), StatusCode::OK);
+    let session = opened
+        .headers()
+        .get(SESSION_HEADER)
+        .expect("a session id")
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _, body) = send(app, legacy(token, Some(&session), &initialized)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    // The server learns the session's client when its service has handled `initialized`,
+    // after the 202: until then a call goes rmcp's way. A plain call tells when it is known.
+    if capabilities
+        .as_object()
+        .is_some_and(serde_json::Map::is_empty)
+    {
+        for _ in 0..100 {
+            let (_, kind, _) =
+                exchange(app, legacy(token, Some(&session), &ledger_call(0, None))).await;
+            if kind == "application/json" {
+                return session;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the session's calls never took the short way");
+    }
+    session
+}
+
+/// The answer's status, `Content-Type` and body.
+async fn exchange(app: &axum::Router, request: Request<Body>) -> (StatusCode, String, String) {
+    let response = app.clone().oneshot(request).await.expect("response");
+    let status = response.status();
+    let kind = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().expect("ascii").to_owned())
+        .unwrap_or_default();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .expect("body")
+        .to_bytes();
+    (status, kind, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// The JSON-RPC message of an answer: the body itself, or the last `data:` of a stream.
+fn message_of(kind: &str, body: &str) -> Value {
+    let text = if kind.starts_with("text/event-stream") {
+        body.lines()
+            .filter_map(|line| line.strip_prefix("data:"))
+            .map(str::trim)
+            .rfind(|data| !data.is_empty())
+            .unwrap_or_else(|| panic!("no message in the stream: {body}"))
+    } else {
+        body
+    };
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+fn ledger_call(id: i64, meta: Option<Value>) -> Value {
+    let mut params = json!({"name": "read_ledger", "arguments": {}});
+    if let Some(meta) = meta {
+        params["_meta"] = meta;
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+/// A session's plain call is answered by the front door as one JSON body, the same message rmcp
+/// would put on a stream, audited for the token's subject; a call that asks for progress, or of
+/// a client that may be asked questions, or under another version, takes rmcp's way (a stream)
+/// and gets the same result.
+#[tokio::test]
+async fn a_sessions_plain_call_is_answered_as_json_and_the_rest_as_before() {
+    let App { app, keys, data } = app().await;
+    let alice = token(&keys, &claims("notes:read"));
+    let plain = open_session(&app, &alice, &json!({})).await;
+
+    let (status, kind, body) =
+        exchange(&app, legacy(&alice, Some(&plain), &ledger_call(2, None))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(kind, "application/json", "{body}");
+    let short = message_of(&kind, &body);
+    assert_eq!(short["id"], 2, "{short}");
+    assert_eq!(short["jsonrpc"], "2.0", "{short}");
+    assert_eq!(short["result"]["isError"], false, "{short}");
+    let last = audit(&data).pop().expect("a record");
+    assert_eq!(last["name"], "read_ledger", "{last}");
+    assert_eq!(last["principal"], "user-alice", "{last}");
+
+    // The same call asking for progress: rmcp's stream, the same result.
+    let progress = ledger_call(3, Some(json!({"progressToken": "p-1"})));
+    let (status, kind, body) = exchange(&app, legacy(&alice, Some(&plain), &progress)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(kind.starts_with("text/event-stream"), "{kind}: {body}");
+    let streamed = message_of(&kind, &body);
+    assert_eq!(streamed["id"], 3, "{streamed}");
+    assert_eq!(streamed["result"], short["result"], "{streamed}");
+
+    // Under another version than the session's: rmcp judges it.
+    let mut other = legacy(&alice, Some(&plain), &ledger_call(4, None));
+    other.headers_mut().insert(
+        "mcp-protocol-version",
+        http::HeaderValue::from_static("2025-06-18"),
+    );
+    let (_, kind, body) = exchange(&app, other).await;
+    assert!(!kind.starts_with("application/json"), "{kind}: {body}");
+
+    // A client that may be asked for input: rmcp's stream, where its questions would go.
+    let asked = open_session(&app, &alice, &json!({"elicitation": {}})).await;
+    let (status, kind, body) =
+        exchange(&app, legacy(&alice, Some(&asked), &ledger_call(5, None))).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(kind.starts_with("text/event-stream"), "{kind}: {body}");
+    assert_eq!(
+        message_of(&kind, &body)["result"],
+        short["result"],
+        "{body}"
+    );
+
+    // Another subject's token on alice's session: an unknown session, as before.
+    let bob = token(
+        &keys,
+        &json!({"iss": ISSUER, "aud": RESOURCE, "sub": "user-bob", "scope": "notes:read",
+                "client_id": "test-client", "iat": now(), "exp": now() + 300}),
+    );
+    let (status, _, body) = exchange(&app, legacy(&bob, Some(&plain), &ledger_call(6, None))).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+    let bobs = audit(&data)
+        .iter()
+        .filter(|r| r["principal"] == "user-bob")
+        .count();
+    assert_eq!(bobs, 0, "bob's call reached the gate");
+}
+
+/// `notifications/cancelled` reaches a call the front door is answering: the tool sees its
+/// cancellation and the call answers at once instead of after its 30 s.
+#[tokio::test]
+async fn a_call_on_the_short_way_is_cancelled_by_its_client() {
+    let App { app, keys, .. } = app().await;
+    let alice = token(&keys, &claims("notes:read notes:write"));
+    let session = open_session(&app, &alice, &json!({})).await;
+    let wait = json!({"jsonrpc": "2.0", "id": "w-1", "method": "tools/call",
+        "params": {"name": "wait", "arguments": {"ms": 30_000}}});
+    let started = std::time::Instant::now();
+    let calling = app.clone();
+    let request = legacy(&alice, Some(&session), &wait);
+    let call = tokio::spawn(async move { exchange(&calling, request).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": "w-1", "reason": "the user changed their mind"}});
+    let (status, _, body) = send(&app, legacy(&alice, Some(&session), &cancel)).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let (status, kind, body) = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the call answered after its cancellation")
+        .expect("task");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(status, StatusCode::OK, "{body}");
+    let answer = message_of(&kind, &body);
+    assert_eq!(answer["id"], "w-1", "{answer}");
+    assert_ne!(
+        answer["result"]["structuredContent"]["waited"], true,
+        "the tool was not cancelled: {answer}"
+    );
+}
+
+/// A call still running after the keep-alive interval is answered as a stream: keep-alive
+/// comments while it runs, then the answer as one `message` event.
+#[tokio::test]
+async fn a_long_call_on_the_short_way_is_a_stream_with_keep_alives() {
+    let Parts {
+        server,
+        verifier,
+        keys,
+        data: _data,
+    } = parts().await;
+    let mut config = HttpConfig::new(RESOURCE).expect("config");
+    config.keep_alive = Duration::from_millis(150);
+    let app = router(server, config, Some(verifier), CancellationToken::new());
+    let alice = token(&keys, &claims("notes:read notes:write"));
+    let session = open_session(&app, &alice, &json!({})).await;
+    let wait = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
+        "params": {"name": "wait", "arguments": {"ms": 700}}});
+    let (status, kind, body) = exchange(&app, legacy(&alice, Some(&session), &wait)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(kind, "text/event-stream", "{body}");
+    assert!(body.starts_with(":\n\n"), "no keep-alive first: {body:?}");
+    assert!(body.contains("event: message\ndata: "), "{body:?}");
+    let answer = message_of(&kind, &body);
+    assert_eq!(answer["id"], 9, "{answer}");
+    assert_eq!(
+        answer["result"]["structuredContent"]["waited"], true,
+        "{answer}"
+    );
 }

@@ -12,6 +12,7 @@
 )]
 
 mod resolutions;
+mod sessions;
 mod tasks;
 
 use std::borrow::Cow;
@@ -36,6 +37,7 @@ use toolgate_core::audit::{Decision, Outcome};
 use toolgate_core::principal::Principal;
 
 pub use resolutions::{Sweeper, audit_resolutions, record_resolutions};
+pub use sessions::{Running, SESSION_HEADER, Sessions};
 
 use crate::corridor::{CallState, Corridor, from_upstream};
 pub use crate::corridor::{Gate, RateLimits, request_label};
@@ -97,6 +99,8 @@ pub struct GateServer {
     /// Where calls held for a person become tasks, when this server offers them (`tasks.rs`):
     /// decided once per policy in force.
     tasks: Arc<std::sync::Mutex<tasks::Offered>>,
+    /// The legacy HTTP sessions opened with this server, and their clients.
+    sessions: Sessions,
 }
 
 impl GateServer {
@@ -111,6 +115,7 @@ impl GateServer {
             identity: Arc::new(Identity::default()),
             inflight: crate::stdio::InFlight::default(),
             shutdown: CancellationToken::new(),
+            sessions: Sessions::default(),
         }
     }
 
@@ -132,6 +137,12 @@ impl GateServer {
     #[must_use]
     pub fn shutdown(&self) -> CancellationToken {
         self.shutdown.clone()
+    }
+
+    /// The legacy HTTP sessions opened with this server (and its clones).
+    #[must_use]
+    pub fn sessions(&self) -> &Sessions {
+        &self.sessions
     }
 
     /// Counter of calls being served, which the stdio transport waits on at EOF.
@@ -385,9 +396,10 @@ impl ServerHandler for GateServer {
         Ok(result)
     }
 
-    /// A legacy session is open: tell it when the tools change (2026-07-28 clients re-list on
-    /// their own; `ttlMs` is 0).
+    /// A legacy session is open: note its client for the HTTP front door ([`Sessions`]) and tell
+    /// it when the tools change (2026-07-28 clients re-list on their own; `ttlMs` is 0).
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.sessions.opened(&context);
         let Some(mut changes) = self.toolset.changes() else {
             return;
         };
