@@ -232,11 +232,20 @@ fn with_token(mut request: Request<Body>, token: &str) -> Request<Body> {
 }
 
 async fn send(app: &axum::Router, request: Request<Body>) -> (StatusCode, String, String) {
+    answered_with(app, request, header::WWW_AUTHENTICATE).await
+}
+
+/// The answer's status, the value of its header `named` (empty without one) and its body.
+async fn answered_with(
+    app: &axum::Router,
+    request: Request<Body>,
+    named: header::HeaderName,
+) -> (StatusCode, String, String) {
     let response = app.clone().oneshot(request).await.expect("response");
     let status = response.status();
-    let challenge = response
+    let value = response
         .headers()
-        .get(header::WWW_AUTHENTICATE)
+        .get(named)
         .map(|v| v.to_str().expect("ascii").to_owned())
         .unwrap_or_default();
     let body = response
@@ -245,11 +254,7 @@ async fn send(app: &axum::Router, request: Request<Body>) -> (StatusCode, String
         .await
         .expect("body")
         .to_bytes();
-    (
-        status,
-        challenge,
-        String::from_utf8_lossy(&body).into_owned(),
-    )
+    (status, value, String::from_utf8_lossy(&body).into_owned())
 }
 
 fn audit(data: &tempfile::TempDir) -> Vec<Value> {
@@ -1579,20 +1584,7 @@ async fn open_session(app: &axum::Router, token: &str, capabilities: &Value) -> 
 
 /// The answer's status, `Content-Type` and body.
 async fn exchange(app: &axum::Router, request: Request<Body>) -> (StatusCode, String, String) {
-    let response = app.clone().oneshot(request).await.expect("response");
-    let status = response.status();
-    let kind = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .map(|v| v.to_str().expect("ascii").to_owned())
-        .unwrap_or_default();
-    let body = response
-        .into_body()
-        .collect()
-        .await
-        .expect("body")
-        .to_bytes();
-    (status, kind, String::from_utf8_lossy(&body).into_owned())
+    answered_with(app, request, header::CONTENT_TYPE).await
 }
 
 /// The JSON-RPC message of an answer: the body itself, or the last `data:` of a stream.
