@@ -25,8 +25,10 @@
 # streamableHttp`, from scripts/install-peers), a fresh process on a free port for every run; the
 # client is examples/http_bench.rs, in its legacy mode (the everything server speaks only the
 # `initialize` revisions: one session per connection, then tools/call `echo` in it). Configurations:
-# the everything server called directly; behind `toolgate proxy --http 127.0.0.1:PORT
-# --insecure-no-auth --upstream ev=URL --audit buffered`; the same with `--audit synced`. Each at 1
+# the everything server called directly; behind examples/http_relay.rs, the proxy's HTTP parts
+# (axum in front, reqwest behind, one runtime) relaying bytes with no gate: the floor under any
+# proxy built of them; behind `toolgate proxy --http 127.0.0.1:PORT --insecure-no-auth
+# --upstream ev=URL --audit buffered`; the same with `--audit synced`. Each at 1
 # connection (latency p50/p90/p99) and at --inflight connections (requests/s), closed loop,
 # --http-warmup seconds (default 2) then --http-seconds counted (default 5), alternated over
 # --rounds rounds; every figure is the median over rounds and every ratio is against the direct
@@ -85,12 +87,13 @@ trap 'log "bench/proxy.sh: a step failed (line $LINENO); its output is above"' E
 
 log "== building release binaries"
 cargo build --quiet --release -p toolgate-cli --bin toolgate --example testbed_upstream --example proxy_bench \
-    --example stdio_load --example http_bench
+    --example stdio_load --example http_bench --example http_relay
 toolgate=${TOOLGATE_BIN:-$repo/target/release/toolgate}
 testbed=$repo/target/release/examples/testbed_upstream
 bench=$repo/target/release/examples/proxy_bench
 load=$repo/target/release/examples/stdio_load
 http_bench=$repo/target/release/examples/http_bench
+http_relay=$repo/target/release/examples/http_relay
 
 mkdir -p "${BENCH_TMP:-$repo/target}"
 tmp=$(mktemp -d -p "${BENCH_TMP:-$repo/target}" proxy-bench.XXXXXX)
@@ -291,8 +294,8 @@ http_load() {
         --concurrency "$2" --duration "$3" --warmup "$4" --server-pid "$5"
 }
 
-# http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh proxy in
-# front of it; one counted http_bench run; leaves its JSON line, with the proxy's journal counts,
+# http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh proxy (or
+# relay) in front of it; one counted http_bench run; leaves its JSON line, with the proxy's journal counts,
 # in `out` (not printed: run in this shell, so that `started` knows the servers it has to stop).
 http_run() {
     local config=$1 k=$2 tag=$3 bin=$toolgate audit=${1%-b}
@@ -305,7 +308,15 @@ http_run() {
     started+=("$up_pid")
     listening "$up_port" "$up_pid" "$dir/everything.log"
     url=http://127.0.0.1:$up_port/mcp pid=$up_pid
-    if [[ $config != direct ]]; then
+    if [[ $config == relay ]]; then
+        local port
+        port=$(free_port)
+        "$http_relay" --listen "127.0.0.1:$port" --upstream "http://127.0.0.1:$up_port" >"$dir/relay.log" 2>&1 &
+        pid=$!
+        started+=("$pid")
+        listening "$port" "$pid" "$dir/relay.log"
+        url=http://127.0.0.1:$port/mcp
+    elif [[ $config != direct ]]; then
         local port
         port=$(free_port)
         "$bin" proxy --policy "$http_policy" --data "$dir/data" --audit "$audit" --grace 1 \
@@ -335,12 +346,13 @@ http_run() {
         tail -n 20 "$dir"/*.log >&2
         return 1
     fi
-    if [[ $config != direct ]]; then
+    if [[ $config != direct && $config != relay ]]; then
         stop "$pid"
         local stats
         stats=$(grep -F '"journal stats at exit"' "$dir/proxy.log" | tail -n1 || true)
         [[ -z $stats ]] || out="${out%\}},\"journal_records\":$(field "$stats" records),\"journal_syncs\":$(field "$stats" syncs)}"
     fi
+    [[ $config != relay ]] || stop "$pid"
     stop "$up_pid"
     rm -rf "$dir"
 }
@@ -362,7 +374,7 @@ tier = "blocked"
 [tools.echo]
 tier = "low"
 TOML
-    local configs=(direct buffered synced) r k config out order n
+    local configs=(direct relay buffered synced) r k config out order n
     [[ -z ${TOOLGATE_BIN_B:-} ]] || configs+=(buffered-b synced-b)
     n=${#configs[@]}
     declare -A hp50 hp90 hp99 hrate hcpu
@@ -395,19 +407,19 @@ TOML
     for config in "${configs[@]}"; do
         case "$config" in
             direct) name="direct to the upstream" target=- ;;
+            relay) name="relay, no gate (the floor)" target=- ;;
             buffered*) name="proxy --audit buffered" target=0.3 ;;
             synced*) name="proxy --audit synced" target=0.6 ;;
         esac
         [[ $config == *-b ]] && name+=" (B)"
-        [[ -z ${TOOLGATE_BIN_B:-} || $config == *-b || $config == direct ]] || name+=" (A)"
+        [[ -z ${TOOLGATE_BIN_B:-} || $config == *-b || $config == direct || $config == relay ]] || name+=" (A)"
         x50=$(median "${hp50[$config/1]}")
         local rate ratio added t50 v50 trate vrate
         rate=$(median "${hrate[$config/$inflight]}")
         ratio=$(calc "$rate / $d_rate")
-        if [[ $target == - ]]; then
-            added=- t50=- v50=- trate=- vrate=-
-        else
-            added=$(calc "$x50 - $d50" 3)
+        added=- t50=- v50=- trate=- vrate=-
+        [[ $config == direct ]] || added=$(calc "$x50 - $d50" 3)
+        if [[ $target != - ]]; then
             t50="added p50 <= $target" trate=">= 0.80x"
             v50=$(awk "BEGIN { exit !($added <= $target) }" && echo met || echo "not met")
             vrate=$(awk "BEGIN { exit !($ratio >= 0.8) }" && echo met || echo "not met")
@@ -417,7 +429,7 @@ TOML
             "$(calc "$rate" 0)" "$ratio" "$trate" "$vrate" "$(median "${hcpu[$config/$inflight]}")"
     done
     echo
-    echo "CPU µs/call: the CPU time of the process the client talks to (the everything server for direct, the proxy otherwise) over the counted window, per answered call."
+    echo "CPU µs/call: the CPU time of the process the client talks to (the everything server for direct, the relay or the proxy otherwise) over the counted window, per answered call."
 }
 
 fstype=$(df -T "$tmp" | awk 'NR == 2 { print $2 }')
