@@ -1,5 +1,5 @@
 //! The floor under `toolgate proxy --http`: an HTTP relay built from the proxy's own parts (axum
-//! and hyper in front, a pooled reqwest client behind, one tokio runtime) that passes every
+//! and hyper in front, a pooled reqwest client behind, the proxy's runtime) that passes every
 //! request to the upstream and streams its answer back, with nothing in between: no MCP, no
 //! policy, no audit. `bench/proxy.sh --http` runs it as the `relay` configuration, so that what the
 //! proxy adds splits into what two HTTP hops through such a process cost on the machine and what
@@ -63,7 +63,17 @@ fn main() -> std::process::ExitCode {
         eprintln!("http_relay: --listen {listen} is not an address and port");
         return std::process::ExitCode::from(2);
     };
-    let runtime = match tokio::runtime::Runtime::new() {
+    // The proxy's runtime shape (`src/runtime.rs`): one worker on a host of two CPUs or fewer,
+    // unless TOKIO_WORKER_THREADS says otherwise; tokio's default elsewhere.
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    let small_host = std::thread::available_parallelism().map_or(true, |cpus| cpus.get() <= 2);
+    // tokio's own variable still decides when it is set, as it does for every tokio program.
+    #[allow(clippy::disallowed_methods)]
+    let workers_set = std::env::var_os("TOKIO_WORKER_THREADS").is_some();
+    if small_host && !workers_set {
+        builder.worker_threads(1);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("http_relay: cannot start the runtime: {error}");
