@@ -294,9 +294,10 @@ http_load() {
         --concurrency "$2" --duration "$3" --warmup "$4" --server-pid "$5"
 }
 
-# http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh proxy (or
-# relay) in front of it; one counted http_bench run; leaves its JSON line, with the proxy's journal counts,
-# in `out` (not printed: run in this shell, so that `started` knows the servers it has to stop).
+# http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh relay or
+# proxy in front of it; one counted http_bench run; leaves its JSON line, with the proxy's journal
+# counts, in `out` (not printed: run in this shell, so that `started` knows the servers it has to
+# stop).
 http_run() {
     local config=$1 k=$2 tag=$3 bin=$toolgate audit=${1%-b}
     local dir=$tmp/$tag up_port url pid up_pid i
@@ -346,13 +347,14 @@ http_run() {
         tail -n 20 "$dir"/*.log >&2
         return 1
     fi
-    if [[ $config != direct && $config != relay ]]; then
+    if [[ $config != direct ]]; then
         stop "$pid"
+    fi
+    if [[ $config != direct && $config != relay ]]; then
         local stats
         stats=$(grep -F '"journal stats at exit"' "$dir/proxy.log" | tail -n1 || true)
         [[ -z $stats ]] || out="${out%\}},\"journal_records\":$(field "$stats" records),\"journal_syncs\":$(field "$stats" syncs)}"
     fi
-    [[ $config != relay ]] || stop "$pid"
     stop "$up_pid"
     rm -rf "$dir"
 }
