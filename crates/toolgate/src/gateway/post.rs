@@ -32,15 +32,15 @@ use http::{HeaderName, HeaderValue, StatusCode};
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolResult, ClientJsonRpcMessage, ClientRequest, GetExtensions, GetMeta, JsonRpcRequest,
-    NumberOrString, ProgressToken, RequestId, ServerJsonRpcMessage, ServerNotification,
-    ServerResult,
+    JsonRpcVersion2_0, NumberOrString, ProgressToken, RequestId, ServerJsonRpcMessage,
+    ServerNotification, ServerResult,
 };
 use rmcp::service::InboundStreamOrigin;
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
 };
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use sse_stream::{Error as SseError, Sse, SseStream};
 use tokio::sync::mpsc;
@@ -276,11 +276,12 @@ impl Poster {
         NumberOrString::String(format!("tg-{n}").into())
     }
 
-    /// Posts `request` as `id`, its progress under the same token, and reads its answer.
+    /// Posts `request` as `id`, its progress under the same token (set on `request`: rmcp sets
+    /// its own on a request sent its way), and reads its answer.
     pub(super) async fn post(
         &self,
         id: &RequestId,
-        request: &ClientRequest,
+        request: &mut ClientRequest,
         routes: &Routes,
     ) -> Posted {
         let Some(session) = lock(&self.session).clone() else {
@@ -473,13 +474,27 @@ fn result_of(result: &RawValue, call: bool) -> Result<ServerResult, ErrorData> {
     })
 }
 
-/// The request as JSON-RPC, its progress token being its id.
-fn body(id: &RequestId, request: &ClientRequest) -> Option<Vec<u8>> {
-    let mut request = request.clone();
+/// The request as JSON-RPC, its progress token (set on `request`) being its id.
+fn body(id: &RequestId, request: &mut ClientRequest) -> Option<Vec<u8>> {
     request
         .get_meta_mut()
         .set_progress_token(progress_token(id));
-    serde_json::to_vec(&ClientJsonRpcMessage::request(request, id.clone())).ok()
+    serde_json::to_vec(&Outgoing {
+        jsonrpc: JsonRpcVersion2_0,
+        id,
+        request,
+    })
+    .ok()
+}
+
+/// rmcp's `JsonRpcRequest`, borrowing the request instead of owning it: written the same way,
+/// without a copy of the arguments.
+#[derive(Serialize)]
+struct Outgoing<'a> {
+    jsonrpc: JsonRpcVersion2_0,
+    id: &'a RequestId,
+    #[serde(flatten)]
+    request: &'a ClientRequest,
 }
 
 /// The progress token of a request that went the short way.
@@ -633,7 +648,7 @@ mod tests {
         let (poster, _injected) = set_up(&url);
         assert!(poster.ready());
         let id = poster.next_id();
-        let posted = poster.post(&id, &call(), &Routes::default()).await;
+        let posted = poster.post(&id, &mut call(), &Routes::default()).await;
         assert_eq!(result_text(posted), "Echo: hi");
 
         let request = served.await.expect("served");
@@ -669,7 +684,7 @@ mod tests {
         .await;
         let (poster, mut injected) = set_up(&url);
         let id = poster.next_id();
-        let posted = poster.post(&id, &call(), &Routes::default()).await;
+        let posted = poster.post(&id, &mut call(), &Routes::default()).await;
         assert_eq!(result_text(posted), "done");
         match injected.try_recv().expect("the question was handed on") {
             ServerJsonRpcMessage::Request(request) => {
@@ -695,7 +710,7 @@ mod tests {
         ] {
             let (url, _served) = upstream(respond(status, "application/json", &body)).await;
             let (poster, _) = set_up(&url);
-            let posted = poster.post(&poster.next_id(), &call(), &Routes::default()).await;
+            let posted = poster.post(&poster.next_id(), &mut call(), &Routes::default()).await;
             assert!(matches!(posted, Posted::SessionEnded(_)), "{status}");
         }
         // Its own error about this request: passed on as its answer.
@@ -708,7 +723,7 @@ mod tests {
         .await;
         let (poster, _) = set_up(&url);
         match poster
-            .post(&poster.next_id(), &call(), &Routes::default())
+            .post(&poster.next_id(), &mut call(), &Routes::default())
             .await
         {
             Posted::Answered(answer) => {
@@ -723,7 +738,7 @@ mod tests {
             upstream(respond("500 Internal Server Error", "text/plain", "boom")).await;
         let (poster, _) = set_up(&url);
         let posted = poster
-            .post(&poster.next_id(), &call(), &Routes::default())
+            .post(&poster.next_id(), &mut call(), &Routes::default())
             .await;
         assert!(matches!(posted, Posted::Lost(_)));
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "tg-0", "progress": 1}});
@@ -731,7 +746,7 @@ mod tests {
             upstream(respond("200 OK", "text/event-stream", &events(&[progress]))).await;
         let (poster, _) = set_up(&url);
         let posted = poster
-            .post(&poster.next_id(), &call(), &Routes::default())
+            .post(&poster.next_id(), &mut call(), &Routes::default())
             .await;
         assert!(
             matches!(posted, Posted::Lost(_)),
@@ -743,7 +758,7 @@ mod tests {
         drop(closed);
         let (poster, _) = set_up(&url);
         let posted = poster
-            .post(&poster.next_id(), &call(), &Routes::default())
+            .post(&poster.next_id(), &mut call(), &Routes::default())
             .await;
         assert!(matches!(posted, Posted::NotSent(_)));
     }
@@ -756,7 +771,7 @@ mod tests {
         );
         assert!(!poster.ready());
         let posted = poster
-            .post(&poster.next_id(), &call(), &Routes::default())
+            .post(&poster.next_id(), &mut call(), &Routes::default())
             .await;
         assert!(matches!(posted, Posted::NotReady));
     }

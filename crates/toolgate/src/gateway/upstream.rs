@@ -477,7 +477,7 @@ impl Upstream {
     /// questions related to it, and a cancellation sent upstream if the wait is abandoned.
     async fn send(
         &self,
-        request: ClientRequest,
+        mut request: ClientRequest,
         asker: Option<&Asker>,
         progress: Option<progress::Target>,
         read_only: bool,
@@ -495,7 +495,7 @@ impl Upstream {
             && !speaks_modern(&peer)
         {
             let posted = self
-                .send_posted(&poster, peer.clone(), &request, asker, progress.clone())
+                .send_posted(&poster, peer.clone(), &mut request, asker, progress.clone())
                 .await;
             match posted {
                 Posted::Answered(answer) => {
@@ -558,7 +558,7 @@ impl Upstream {
         &self,
         poster: &Poster,
         peer: Peer<RoleClient>,
-        request: &ClientRequest,
+        request: &mut ClientRequest,
         asker: Option<&Asker>,
         progress: Option<progress::Target>,
     ) -> Posted {

@@ -99,8 +99,11 @@ pub(super) async fn answer(mcp: &Mcp, mut request: Request) -> Result<Response, 
     let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
     let call = tokio::spawn(async move {
         // rmcp's own handling of a request, as its service loop calls it: the legacy shape of
-        // the result, the task guard and the error codes stay rmcp's.
-        let answer = Service::<RoleServer>::handle_request(&server, request, context).await;
+        // the result, the task guard and the error codes stay rmcp's. Boxed: its state machine
+        // holds every request kind's handler (kilobytes), which the spawn would otherwise copy
+        // into the task on every call; this way the task holds a pointer.
+        let handling = Service::<RoleServer>::handle_request(&server, request, context);
+        let answer = Box::pin(handling).await;
         drop(running);
         let message = match answer {
             Ok(result) => ServerJsonRpcMessage::response(result, id),
