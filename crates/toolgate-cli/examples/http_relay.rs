@@ -1,9 +1,9 @@
 //! The floor under `toolgate proxy --http`: an HTTP relay built from the proxy's own parts (axum
-//! and hyper in front, a pooled reqwest client behind, the proxy's runtime) that passes every
-//! request to the upstream and streams its answer back, with nothing in between: no MCP, no
-//! policy, no audit. `bench/proxy.sh --http` runs it as the `relay` configuration, so that what the
-//! proxy adds splits into what two HTTP hops through such a process cost on the machine and what
-//! the gate costs on top (docs/performance.md, "Gateway over HTTP").
+//! and hyper in front, a pooled reqwest client behind, the proxy's runtime and allocator) that
+//! passes every request to the upstream and streams its answer back, with nothing in between: no
+//! MCP, no policy, no audit. `bench/proxy.sh --http` runs it as the `relay` configuration, so
+//! that what the proxy adds splits into what two HTTP hops through such a process cost on the
+//! machine and what the gate costs on top (docs/performance.md, "Gateway over HTTP").
 //!
 //! ```text
 //! http_relay --listen 127.0.0.1:PORT --upstream http://127.0.0.1:UPORT
@@ -34,6 +34,10 @@ const HOP_BY_HOP: [HeaderName; 5] = [
     header::CONTENT_LENGTH,
     header::UPGRADE,
 ];
+
+/// The binary's allocator (`src/main.rs`), so that the floor is measured with it.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 #[derive(Clone)]
 struct Relay {
