@@ -1,4 +1,15 @@
-# What the benchmark scripts share; sourced by bench/run.sh, bench/proxy.sh and bench/http.sh.
+# What the benchmark scripts share; sourced by every script in bench/ but footprint.sh.
+
+# log MESSAGE...: a line on stderr (stdout is each script's report).
+log() { printf '%s\n' "$*" >&2; }
+
+# field JSON NAME: the value of a flat numeric field in one line of JSON.
+field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
+
+# free_port: a TCP port of 127.0.0.1 nothing listens on now.
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
 
 # calc EXPR [DECIMALS]: floating-point arithmetic (default 2 decimals).
 calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }

@@ -39,7 +39,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/common.sh
 source "$repo/bench/common.sh"
 cd "$repo"
-log() { printf '%s\n' "$*" >&2; }
 
 log "== building release binaries"
 cargo build --quiet --release -p toolgate-cli --bin toolgate --example http_bench --example ledger_bench
@@ -61,9 +60,6 @@ trap cleanup EXIT
 
 issuer=https://issuer.bench.invalid
 "$bench" keys --dir "$tmp/keys" --alg ES256 2>/dev/null
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 fresh_store() {
     local schema=tg_bench_$RANDOM$RANDOM
     psql "$store" -qAtc "CREATE SCHEMA $schema" >/dev/null
@@ -120,7 +116,6 @@ load() {
     p99=$(field "$(cat "$tmp/load-0.json")" p99_ms)
     echo "$rps $p50 $p99 $errors"
 }
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
 
 log "== machine: $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg); PostgreSQL $(psql "$store" -qAtc 'SHOW server_version')"
 warn_if_cpus_busy

@@ -72,7 +72,6 @@ if [[ -n $baseline ]]; then
         { echo "bench/http.sh: $baseline has no server.py and policy.json" >&2; exit 2; }
 fi
 
-log() { printf '%s\n' "$*" >&2; }
 trap 'log "bench/http.sh: a step failed (line $LINENO); its output is above"' ERR
 
 log "== building release binaries"
@@ -109,11 +108,7 @@ fi
 
 # Every timed run starts with nothing dirty in the page cache (see bench/run.sh).
 settle() { sync; }
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
 
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 port_auth=$(free_port) port_noauth=$(free_port) port_seed=$(free_port)
 
 # --- The seed server over HTTP ---

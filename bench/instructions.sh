@@ -39,7 +39,9 @@ while (($#)); do
     esac
 done
 
-repo=$(cd "$(dirname "$0")/.." && pwd)
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# shellcheck source=bench/common.sh
+source "$repo/bench/common.sh"
 command -v valgrind >/dev/null || { echo "bench/instructions.sh: valgrind is missing (apt-get install valgrind)" >&2; exit 2; }
 everything=$repo/.peers/node/node_modules/.bin/mcp-server-everything
 [[ -x $everything ]] || { echo "bench/instructions.sh: $everything is missing; run scripts/install-peers" >&2; exit 2; }
@@ -65,11 +67,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-log() { printf '%s\n' "$*" >&2; }
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 load() { # load URL SECONDS: one closed-loop run at 1 connection; prints http_bench's JSON line
     "$http_bench" load --url "$1" --mode legacy --tool echo --args '{"message":"call {i}"}' \
         --concurrency 1 --duration "$2" --warmup 0 2>/dev/null

@@ -82,7 +82,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 source "$repo/bench/common.sh"
 cd "$repo"
 
-log() { printf '%s\n' "$*" >&2; }
 trap 'log "bench/proxy.sh: a step failed (line $LINENO); its output is above"' ERR
 
 log "== building release binaries"
@@ -140,8 +139,6 @@ sed -e 's/^tier = "medium"$/tier = "low"/' -e '/^idempotency_key/d' "$policy" >"
 # Every timed run starts with nothing dirty in the page cache (see bench/run.sh).
 settle() { sync; }
 
-# Value of a flat JSON field (numbers only) in one line of JSON.
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
 median() { tr -s ' ' '\n' <<<"$*" | sed '/^$/d' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 # run CONFIG TOOL CALLS INFLIGHT TAG: one proxy_bench run against a fresh upstream directory (and a
@@ -270,10 +267,6 @@ stdio_section() {
 }
 # The HTTP section: the everything server over Streamable HTTP, http_bench as the client.
 everything=$repo/.peers/node/node_modules/.bin/mcp-server-everything
-
-free_port() {
-    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 
 # listening PORT PID LOG: waits until PORT accepts connections (PID must stay alive).
 listening() {

@@ -51,7 +51,6 @@ if [[ -n $baseline ]]; then
         { echo "bench/run.sh: $baseline has no server.py and policy.json" >&2; exit 2; }
 fi
 
-log() { printf '%s\n' "$*" >&2; }
 trap 'log "bench/run.sh: a step failed (line $LINENO); its output is above"' ERR
 
 log "== building release binaries"
@@ -78,8 +77,6 @@ JSON
 # step (a copied log, a deleted directory) lands in the journal commit of a timed fdatasync.
 settle() { sync; }
 
-# Value of a flat JSON field (numbers only) in one line of JSON.
-field() { sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p" <<<"$1" | head -n1; }
 median() { tr ' ' '\n' <<<"$*" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 min() { tr ' ' '\n' <<<"$*" | sort -g | head -n1; }
 

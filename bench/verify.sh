@@ -30,7 +30,6 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # shellcheck source=bench/common.sh
 source "$repo/bench/common.sh"
 cd "$repo"
-log() { printf '%s\n' "$*" >&2; }
 command -v openssl >/dev/null || { log "bench/verify.sh: openssl is not installed"; exit 2; }
 if [[ -z $built ]]; then
     log "== building release binaries"
