@@ -52,7 +52,8 @@ impl Shape {
         // same host; where there are two CPUs or fewer, a second worker has no CPU of its own
         // and every wake-up of the first also wakes it to look for work. On two CPUs, one worker:
         // 9-22% less CPU per call at one connection, more req/s at 16 in 5 of 6 runs, latency
-        // unchanged (docs/performance.md, "One worker on a small host"). On a larger host tokio's default (one per CPU) stays.
+        // unchanged (docs/performance.md, "One worker on a small host"). On a larger host
+        // tokio's default (one per CPU) stays.
         let one_worker = match command {
             Command::Serve(args) => !args.http.enabled(),
             Command::Proxy(args) => !args.http.enabled() || small_host(),
