@@ -22,17 +22,24 @@
 #                  the added latency is work, not waiting for an idle CPU to wake (a diagnostic).
 #
 # HTTP: the upstream is @modelcontextprotocol/server-everything (`mcp-server-everything
-# streamableHttp`, from scripts/install-peers), a fresh process on a free port for every run; the
-# client is examples/http_bench.rs, in its legacy mode (the everything server speaks only the
-# `initialize` revisions: one session per connection, then tools/call `echo` in it). Configurations:
-# the everything server called directly; behind examples/http_relay.rs, the proxy's HTTP parts
-# (axum in front, reqwest behind, one runtime) relaying bytes with no gate: the floor under any
-# proxy built of them; behind `toolgate proxy --http 127.0.0.1:PORT --insecure-no-auth
-# --upstream ev=URL --audit buffered`; the same with `--audit synced`. Each at 1
-# connection (latency p50/p90/p99) and at --inflight connections (requests/s), closed loop,
-# --http-warmup seconds (default 2) then --http-seconds counted (default 5), alternated over
-# --rounds rounds; every figure is the median over rounds and every ratio is against the direct
-# figure of the same run.
+# streamableHttp`, from scripts/install-peers); the client is examples/http_bench.rs, in its legacy
+# mode (the everything server speaks only the `initialize` revisions: one session per connection,
+# then tools/call `echo` in it). Configurations: the everything server called directly; behind
+# examples/http_relay.rs, the proxy's HTTP parts (axum in front, reqwest behind, one runtime)
+# relaying bytes with no gate: the floor under any proxy built of them; behind `toolgate proxy
+# --http 127.0.0.1:PORT --insecure-no-auth --upstream ev=URL --audit buffered`; the same with
+# `--audit synced`.
+# - At 1 connection (latency): one upstream, with the relay and every proxy in front of it, all
+#   started once; each of --rounds rounds is one `http_bench interleave` run, which calls the
+#   configurations one call at a time, ten calls to each in turn, in a new random order every
+#   cycle (--http-warmup seconds, default 2, then --http-seconds, default 5, counted per
+#   configuration).
+#   All of them meet the same upstream at the same moments, so its drift cancels out of the added
+#   latencies.
+# - At --inflight connections (requests/s): a fresh upstream (and relay or proxy) per run, closed
+#   loop, --http-warmup then --http-seconds counted, configurations alternated over the rounds.
+# Every figure is the median over rounds, and every ratio or difference is against the direct
+# figure of the same round.
 # BENCH_TMP        where the data directories go (default ./target): the disk being measured.
 # TOOLGATE_BIN     the toolgate binary to measure (default: this checkout's release build).
 # TOOLGATE_BIN_B   HTTP only: a second toolgate binary (e.g. another commit's, scripts/build-at),
@@ -287,51 +294,59 @@ http_load() {
         --concurrency "$2" --duration "$3" --warmup "$4" --server-pid "$5"
 }
 
-# http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh relay or
-# proxy in front of it; one counted http_bench run; leaves its JSON line, with the proxy's journal
-# counts, in `out` (not printed: run in this shell, so that `started` knows the servers it has to
-# stop).
-http_run() {
-    local config=$1 k=$2 tag=$3 bin=$toolgate audit=${1%-b}
-    local dir=$tmp/$tag up_port url pid up_pid i
-    mkdir -p "$dir"
+# http_front CONFIG UPSTREAM DIR: the relay (CONFIG relay) or a proxy (buffered, synced, and their
+# -b twins from TOOLGATE_BIN_B) in front of the upstream URL, its files in DIR; leaves its pid in
+# `pid` and its endpoint in `url`, once a call goes through it.
+http_front() {
+    local config=$1 upstream=$2 dir=$3 bin=$toolgate audit=${1%-b} port i
     [[ $config == *-b ]] && bin=$TOOLGATE_BIN_B
-    up_port=$(free_port)
-    PORT=$up_port "$everything" streamableHttp >"$dir/everything.log" 2>&1 &
+    mkdir -p "$dir"
+    port=$(free_port)
+    if [[ $config == relay ]]; then
+        "$http_relay" --listen "127.0.0.1:$port" --upstream "${upstream%/mcp}" >"$dir/front.log" 2>&1 &
+    else
+        "$bin" proxy --policy "$http_policy" --data "$dir/data" --audit "$audit" --grace 1 \
+            --http "127.0.0.1:$port" --insecure-no-auth --upstream "ev=$upstream" >"$dir/front.log" 2>&1 &
+    fi
+    pid=$!
+    started+=("$pid")
+    listening "$port" "$pid" "$dir/front.log"
+    url=http://127.0.0.1:$port/mcp
+    # A proxy serves once the upstream's first connection attempt has ended; wait for a call that
+    # goes through.
+    for ((i = 0; ; i++)); do
+        out=$(http_load "$url" 1 0.2 0 "$pid" 2>/dev/null) || true
+        [[ $(field "$out" ok) -gt 0 && $(field "$out" errors) == 0 ]] && break
+        if ((i == 50)); then
+            log "the $config front does not pass calls; its output:"
+            tail -n 20 "$dir/front.log" >&2
+            return 1
+        fi
+        sleep 0.1
+    done
+}
+
+# http_upstream DIR: a fresh everything server on a free port, its log in DIR; leaves its pid in
+# `up_pid` and its endpoint in `upstream`.
+http_upstream() {
+    local port
+    mkdir -p "$1"
+    port=$(free_port)
+    PORT=$port "$everything" streamableHttp >"$1/everything.log" 2>&1 &
     up_pid=$!
     started+=("$up_pid")
-    listening "$up_port" "$up_pid" "$dir/everything.log"
-    url=http://127.0.0.1:$up_port/mcp pid=$up_pid
-    if [[ $config == relay ]]; then
-        local port
-        port=$(free_port)
-        "$http_relay" --listen "127.0.0.1:$port" --upstream "http://127.0.0.1:$up_port" >"$dir/relay.log" 2>&1 &
-        pid=$!
-        started+=("$pid")
-        listening "$port" "$pid" "$dir/relay.log"
-        url=http://127.0.0.1:$port/mcp
-    elif [[ $config != direct ]]; then
-        local port
-        port=$(free_port)
-        "$bin" proxy --policy "$http_policy" --data "$dir/data" --audit "$audit" --grace 1 \
-            --http "127.0.0.1:$port" --insecure-no-auth --upstream "ev=$url" >"$dir/proxy.log" 2>&1 &
-        pid=$!
-        started+=("$pid")
-        listening "$port" "$pid" "$dir/proxy.log"
-        url=http://127.0.0.1:$port/mcp
-        # Serving starts once the upstream's first connection attempt has ended; wait for a call
-        # that goes through.
-        for ((i = 0; ; i++)); do
-            out=$(http_load "$url" 1 0.2 0 "$pid" 2>/dev/null) || true
-            [[ $(field "$out" ok) -gt 0 && $(field "$out" errors) == 0 ]] && break
-            if ((i == 50)); then
-                log "the proxy ($config) does not pass calls; its output:"
-                tail -n 20 "$dir/proxy.log" >&2
-                return 1
-            fi
-            sleep 0.1
-        done
-    fi
+    listening "$port" "$up_pid" "$1/everything.log"
+    upstream=http://127.0.0.1:$port/mcp
+}
+
+# http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh relay or
+# proxy in front of it; one counted http_bench run at K connections; leaves its JSON line in `out`
+# (not printed: run in this shell, so that `started` knows the servers it has to stop).
+http_run() {
+    local config=$1 k=$2 dir=$tmp/$3 up_pid upstream pid url
+    http_upstream "$dir"
+    pid=$up_pid url=$upstream
+    [[ $config == direct ]] || http_front "$config" "$upstream" "$dir"
     settle
     out=$(http_load "$url" "$k" "$http_seconds" "$http_warmup" "$pid" 2>"$dir/client.err")
     if [[ $(field "$out" errors) != 0 || $(field "$out" ok) == 0 ]]; then
@@ -340,16 +355,52 @@ http_run() {
         tail -n 20 "$dir"/*.log >&2
         return 1
     fi
-    if [[ $config != direct ]]; then
-        stop "$pid"
-    fi
-    if [[ $config != direct && $config != relay ]]; then
-        local stats
-        stats=$(grep -F '"journal stats at exit"' "$dir/proxy.log" | tail -n1 || true)
-        [[ -z $stats ]] || out="${out%\}},\"journal_records\":$(field "$stats" records),\"journal_syncs\":$(field "$stats" syncs)}"
-    fi
+    [[ $config == direct ]] || stop "$pid"
     stop "$up_pid"
     rm -rf "$dir"
+}
+
+# http_latency: the 1-connection figures. One everything server, and the relay and every proxy
+# configuration in front of it, each started once; every round is one `http_bench interleave` run
+# over them all (one call at a time, ten calls to each configuration in turn, in a new random
+# order every cycle). Every configuration meets the same upstream at the same moments: the upstream's drift,
+# which between separate runs is larger than what a proxy adds, falls on all of them alike and
+# cancels out of the added latencies.
+http_latency() {
+    local dir=$tmp/http-latency up_pid upstream pid url config r line name targets=() fronts=()
+    http_upstream "$dir"
+    for config in "${configs[@]}"; do
+        if [[ $config == direct ]]; then
+            targets+=(--target "direct=$upstream")
+            continue
+        fi
+        http_front "$config" "$upstream" "$dir/$config"
+        fronts+=("$pid")
+        targets+=(--target "$config=$url" --pid "$config=$pid")
+    done
+    for ((r = 1; r <= rounds; r++)); do
+        log "== HTTP round $r/$rounds: echo, 1 connection, interleaved, ${http_warmup} s + $((http_seconds * n)) s (${configs[*]})"
+        settle
+        out=$("${pin[@]}" "$http_bench" interleave "${targets[@]}" --mode legacy --tool echo \
+            --args '{"message":"call {i}"}' --duration "$((http_seconds * n))" --warmup "$http_warmup" 2>"$dir/client.err")
+        while read -r line; do
+            name=$(sed -n 's/.*"target":"\([^"]*\)".*/\1/p' <<<"$line")
+            log "   $(printf '%-10s' "$name") $line"
+            if [[ $(field "$line" errors) != 0 || $(field "$line" ok) == 0 ]]; then
+                log "http_bench interleave: errors ($name)"
+                cat "$dir/client.err" >&2
+                return 1
+            fi
+            hp50[$name]+=" $(field "$line" p50_ms)"
+            hp90[$name]+=" $(field "$line" p90_ms)"
+            hp99[$name]+=" $(field "$line" p99_ms)"
+            hadded[$name]+=" $(field "$line" added_p50_ms)"
+            hpaired[$name]+=" $(field "$line" paired_added_p50_ms)"
+            hcpu1[$name]+=" $(field "$line" cpu_us_per_call)"
+        done <<<"$out"
+    done
+    for pid in "${fronts[@]}"; do stop "$pid"; done
+    stop "$up_pid"
 }
 
 http_section() {
@@ -369,36 +420,34 @@ tier = "blocked"
 [tools.echo]
 tier = "low"
 TOML
-    local configs=(direct relay buffered synced) r k config out order n
+    local configs=(direct relay buffered synced) r config order n
     [[ -z ${TOOLGATE_BIN_B:-} ]] || configs+=(buffered-b synced-b)
     n=${#configs[@]}
-    declare -A hp50 hp90 hp99 hrate hcpu
+    declare -A hp50 hp90 hp99 hadded hpaired hcpu1 hrate hcpu
+    http_latency
     for ((r = 1; r <= rounds; r++)); do
         order=("${configs[@]:r % n}" "${configs[@]:0:r % n}")
-        for k in 1 "$inflight"; do
-            log "== HTTP round $r/$rounds: echo, $k connections, ${http_warmup} s + ${http_seconds} s (${order[*]})"
-            for config in "${order[@]}"; do
-                http_run "$config" "$k" "http-$config-k$k-r$r"
-                log "   $(printf '%-10s' "$config") $out"
-                hp50[$config/$k]+=" $(field "$out" p50_ms)"
-                hp90[$config/$k]+=" $(field "$out" p90_ms)"
-                hp99[$config/$k]+=" $(field "$out" p99_ms)"
-                hrate[$config/$k]+=" $(field "$out" rps)"
-                hcpu[$config/$k]+=" $(calc "$(field "$out" server_cpu_s) * 1000000 / $(field "$out" ok)" 0)"
-            done
+        log "== HTTP round $r/$rounds: echo, $inflight connections, ${http_warmup} s + ${http_seconds} s (${order[*]})"
+        for config in "${order[@]}"; do
+            http_run "$config" "$inflight" "http-$config-r$r"
+            log "   $(printf '%-10s' "$config") $out"
+            hrate[$config]+=" $(field "$out" rps)"
+            hcpu[$config]+=" $(calc "$(field "$out" server_cpu_s) * 1000000 / $(field "$out" ok)" 0)"
         done
     done
 
-    local name d50 d_rate x50 target verdict
+    local name d_rate target
     echo
     echo "toolgate proxy over HTTP, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, data on $fstype, CPUs busy before the first run $busy%"
     ((${#pin[@]} == 0)) || echo "every process on CPU 0 (--one-cpu)"
-    echo "upstream: mcp-server-everything streamableHttp; client: http_bench, legacy sessions, echo; median of $rounds rounds; ${http_warmup} s warm-up + ${http_seconds} s counted per run"
+    echo "upstream: mcp-server-everything streamableHttp; client: http_bench, legacy sessions, echo; median of $rounds rounds"
+    echo "1 connection: one upstream and every configuration started once, called in turn, 10 calls each (http_bench interleave), ${http_warmup} s warm-up + $((http_seconds * n)) s counted per round"
+    echo "$inflight connections: a fresh upstream (and relay or proxy) per run, ${http_warmup} s warm-up + ${http_seconds} s counted"
     [[ -z ${TOOLGATE_BIN_B:-} ]] || echo "A: $toolgate; B: $TOOLGATE_BIN_B"
     echo
-    echo "| Configuration | p50 / p90 / p99 (ms), 1 connection | Added p50 (ms) | Target | Result | Req/s, $inflight connections | Proxy / direct req/s | Target | Result | CPU µs/call (server process, $inflight conn.) |"
-    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
-    d50=$(median "${hp50[direct/1]}") d_rate=$(median "${hrate[direct/$inflight]}")
+    echo "| Configuration | p50 / p90 / p99 (ms), 1 connection | Added p50 (ms) | Paired added (ms) | Target | Result | CPU µs/call, 1 conn. | Req/s, $inflight connections | Proxy / direct req/s | Target | Result | CPU µs/call, $inflight conn. |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    d_rate=$(median "${hrate[direct]}")
     for config in "${configs[@]}"; do
         case "$config" in
             direct) name="direct to the upstream" target=- ;;
@@ -408,23 +457,26 @@ TOML
         esac
         [[ $config == *-b ]] && name+=" (B)"
         [[ -z ${TOOLGATE_BIN_B:-} || $config == *-b || $config == direct || $config == relay ]] || name+=" (A)"
-        x50=$(median "${hp50[$config/1]}")
-        local rate ratio added t50 v50 trate vrate
-        rate=$(median "${hrate[$config/$inflight]}")
+        local rate ratio added paired cpu1 t50 v50 trate vrate
+        rate=$(median "${hrate[$config]}")
         ratio=$(calc "$rate / $d_rate")
-        added=- t50=- v50=- trate=- vrate=-
-        [[ $config == direct ]] || added=$(calc "$x50 - $d50" 3)
+        added=- paired=- cpu1=- t50=- v50=- trate=- vrate=-
+        if [[ $config != direct ]]; then
+            added=$(median "${hadded[$config]}") paired=$(median "${hpaired[$config]}") cpu1=$(median "${hcpu1[$config]}")
+        fi
         if [[ $target != - ]]; then
             t50="added p50 <= $target" trate=">= 0.80x"
             v50=$(awk "BEGIN { exit !($added <= $target) }" && echo met || echo "not met")
             vrate=$(awk "BEGIN { exit !($ratio >= 0.8) }" && echo met || echo "not met")
         fi
-        printf '| %s | %s / %s / %s | %s | %s | %s | %s | %sx | %s | %s | %s |\n' "$name" \
-            "$x50" "$(median "${hp90[$config/1]}")" "$(median "${hp99[$config/1]}")" "$added" "$t50" "$v50" \
-            "$(calc "$rate" 0)" "$ratio" "$trate" "$vrate" "$(median "${hcpu[$config/$inflight]}")"
+        printf '| %s | %s / %s / %s | %s | %s | %s | %s | %s | %s | %sx | %s | %s | %s |\n' "$name" \
+            "$(median "${hp50[$config]}")" "$(median "${hp90[$config]}")" "$(median "${hp99[$config]}")" \
+            "$added" "$paired" "$t50" "$v50" "$cpu1" "$(calc "$rate" 0)" "$ratio" "$trate" "$vrate" \
+            "$(median "${hcpu[$config]}")"
     done
     echo
-    echo "CPU µs/call: the CPU time of the process the client talks to (the everything server for direct, the relay or the proxy otherwise) over the counted window, per answered call."
+    echo "Added p50: the median over rounds of each round's p50 minus the direct p50 of the same round. Paired added: the median over rounds of the median, over a round's cycles, of the configuration's median latency in the cycle minus direct's."
+    echo "CPU µs/call: the CPU time of the relay or the proxy over the counted window, per call it answered (at $inflight connections: of the process the client talks to, the everything server for direct)."
 }
 
 fstype=$(df -T "$tmp" | awk 'NR == 2 { print $2 }')

@@ -8,6 +8,9 @@
 //! http_bench load --url URL [--token T | --token-file F] --tool NAME --args JSON --mode modern|legacy
 //!                 (--rate R | --concurrency C) --duration S [--warmup S] [--connections N]
 //!                 [--expect-status S] [--server-pid P] [--timeout S] [--threads N]
+//! http_bench interleave --target NAME=URL --target NAME=URL [--target …] [--pid NAME=PID …]
+//!                 --tool NAME --args JSON --mode modern|legacy --duration S [--warmup S]
+//!                 [--burst K]
 //! ```
 //!
 //! `keys` makes a key pair in-process and writes `D/jwks.json` (the public JWK with `kid`, `alg` and
@@ -58,6 +61,16 @@
 //! and server is someone else's), `window_s` (its length). The first error of each kind is printed
 //! on stderr; the exit status is 0 whatever the errors (2 when it cannot run).
 //!
+//! `interleave` calls each `--target` `--burst` times (default 10) per cycle, one call at a time,
+//! the targets in a new random order every cycle, and prints one JSON line per target: `target`,
+//! `ok`, `errors`, `p50_ms`, `p90_ms`, `p99_ms`, `added_p50_ms` (its p50 minus the first
+//! target's), `paired_added_p50_ms` (the median, over the cycles in which every call was answered
+//! ok, of its median latency in the cycle minus the first target's in the same cycle), `cycles`, `cpu_us_per_call` (with `--pid NAME=PID`: PID's CPU time over the
+//! counted window per call NAME answered) and `window_s`. Put in front of one upstream (direct,
+//! then proxies of it), every target meets the same upstream at the same moments, so the upstream's
+//! drift over a run, which in separate runs is larger than what a proxy adds, cancels out of the
+//! differences.
+//!
 //! The client runs on one thread by default (`--threads`), so that it takes as little as possible
 //! of a small machine's CPUs from the server it measures; `client_cpu_s` says what it took.
 
@@ -93,6 +106,8 @@ enum Cmd {
     Mint(MintArgs),
     /// Send tools/call requests and print one JSON line of figures.
     Load(LoadArgs),
+    /// One call at a time to each of several servers in turn; one JSON line of figures each.
+    Interleave(InterleaveArgs),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -144,12 +159,9 @@ enum Mode {
     Legacy,
 }
 
+/// How each call is made, whichever server it goes to (`load` and `interleave`).
 #[derive(Debug, ClapArgs)]
-#[command(group(clap::ArgGroup::new("load").required(true).args(["rate", "concurrency"])))]
-struct LoadArgs {
-    /// The MCP endpoint, e.g. http://127.0.0.1:8000/mcp.
-    #[arg(long)]
-    url: String,
+struct CallArgs {
     /// Bearer token sent on every request.
     #[arg(long, conflicts_with = "token_file")]
     token: Option<String>,
@@ -164,6 +176,22 @@ struct LoadArgs {
     args: String,
     #[arg(long, value_enum, default_value_t = Mode::Modern)]
     mode: Mode,
+    /// A request without an answer after this many seconds is a transport error.
+    #[arg(long, default_value_t = 30.0)]
+    timeout: f64,
+    /// Count a result whose structuredContent.status is not this as an error.
+    #[arg(long)]
+    expect_status: Option<String>,
+}
+
+#[derive(Debug, ClapArgs)]
+#[command(group(clap::ArgGroup::new("load").required(true).args(["rate", "concurrency"])))]
+struct LoadArgs {
+    /// The MCP endpoint, e.g. http://127.0.0.1:8000/mcp.
+    #[arg(long)]
+    url: String,
+    #[command(flatten)]
+    call: CallArgs,
     /// Open loop: requests per second, scheduled at fixed intervals.
     #[arg(long)]
     rate: Option<f64>,
@@ -179,12 +207,6 @@ struct LoadArgs {
     /// Open loop: most requests outstanding at once (= HTTP/1.1 connections in use).
     #[arg(long, default_value_t = 256)]
     connections: usize,
-    /// A request without an answer after this many seconds is a transport error.
-    #[arg(long, default_value_t = 30.0)]
-    timeout: f64,
-    /// Count a result whose structuredContent.status is not this as an error.
-    #[arg(long)]
-    expect_status: Option<String>,
     /// Tokio worker threads for the client (1: a current-thread runtime).
     #[arg(long, default_value_t = 1)]
     threads: usize,
@@ -193,12 +215,34 @@ struct LoadArgs {
     server_pid: Option<u32>,
 }
 
+#[derive(Debug, ClapArgs)]
+struct InterleaveArgs {
+    /// A server to call, NAME=URL, two or more; added latency is measured against the first.
+    #[arg(long = "target", value_name = "NAME=URL", required = true)]
+    targets: Vec<String>,
+    /// NAME=PID: report PID's CPU time over the counted window per call answered by target NAME.
+    #[arg(long = "pid", value_name = "NAME=PID")]
+    pids: Vec<String>,
+    #[command(flatten)]
+    call: CallArgs,
+    /// Counted seconds.
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds of the same calls before the counted ones.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Calls to one target in a row before the next target's turn.
+    #[arg(long, default_value_t = 10)]
+    burst: usize,
+}
+
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.cmd {
         Cmd::Keys(a) => keys(&a),
         Cmd::Mint(a) => mint(&a),
         Cmd::Load(a) => load(a),
+        Cmd::Interleave(a) => interleave(&a),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -377,6 +421,91 @@ struct Stats {
     counts: [u64; 6],
     unsent: u64,
     last_done: Option<Instant>,
+}
+
+/// The one HTTP client of a run: HTTP/1.1 with keep-alive, no proxy, `TCP_NODELAY`.
+fn http_client(a: &CallArgs) -> anyhow::Result<reqwest::Client> {
+    // Feature unification gives this workspace's reqwest `rustls-no-provider` (the server crate
+    // wants it): it panics without a process-wide provider even for plain http://.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs_f64(a.timeout))
+        .build()
+        .context("cannot build the HTTP client")
+}
+
+impl Target {
+    /// The calls `a` describes, to the endpoint `url`.
+    fn new(a: &CallArgs, url: String, client: reqwest::Client) -> anyhow::Result<Self> {
+        let template: Value = serde_json::from_str(&a.args.replace("{i}", "0"))
+            .context("--args is not JSON (with {i} replaced by 0)")?;
+        ensure!(template.is_object(), "--args must be a JSON object");
+        let raw: Vec<String> = match (&a.token, &a.token_file) {
+            (Some(t), _) => vec![t.clone()],
+            (None, Some(f)) => std::fs::read_to_string(f)
+                .with_context(|| format!("cannot read {}", f.display()))?
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            (None, None) => Vec::new(),
+        };
+        ensure!(
+            a.token_file.is_none() || !raw.is_empty(),
+            "--token-file holds no token"
+        );
+        let tokens = raw
+            .iter()
+            .map(|t| HeaderValue::from_str(&format!("Bearer {t}")))
+            .collect::<Result<Vec<_>, _>>()
+            .context("a token is not a valid header value")?;
+        let mut target = Self {
+            client,
+            url,
+            mode: a.mode,
+            headers: HeaderMap::new(),
+            tokens,
+            tool_json: Value::from(a.tool.clone()).to_string(),
+            args_template: a.args.clone(),
+            meta_json: json!({
+                "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+                "io.modelcontextprotocol/clientInfo": {"name": "http_bench", "version": "0"},
+                "io.modelcontextprotocol/clientCapabilities": {}
+            })
+            .to_string(),
+            expect_status: a.expect_status.clone(),
+            reported: Default::default(),
+            sessions: AtomicUsize::new(0),
+        };
+        let mut h = target.base_headers();
+        match a.mode {
+            Mode::Modern => {
+                h.insert(
+                    HeaderName::from_static("mcp-protocol-version"),
+                    HeaderValue::from_static(MODERN_VERSION),
+                );
+                h.insert(
+                    HeaderName::from_static("mcp-method"),
+                    HeaderValue::from_static("tools/call"),
+                );
+                h.insert(
+                    HeaderName::from_static("mcp-name"),
+                    HeaderValue::from_str(&a.tool).context("--tool is not a valid header value")?,
+                );
+            }
+            Mode::Legacy => {
+                h.insert(
+                    HeaderName::from_static("mcp-protocol-version"),
+                    HeaderValue::from_static(LEGACY_VERSION),
+                );
+            }
+        }
+        target.headers = h;
+        Ok(target)
+    }
 }
 
 impl Target {
@@ -691,9 +820,6 @@ fn percentile_ms(sorted: &[u64], p: f64) -> f64 {
 }
 
 fn load(a: LoadArgs) -> anyhow::Result<()> {
-    let template: Value = serde_json::from_str(&a.args.replace("{i}", "0"))
-        .context("--args is not JSON (with {i} replaced by 0)")?;
-    ensure!(template.is_object(), "--args must be a JSON object");
     ensure!(
         a.duration > 0.0 && a.warmup >= 0.0,
         "bad --duration/--warmup"
@@ -706,79 +832,7 @@ fn load(a: LoadArgs) -> anyhow::Result<()> {
     if let Some(c) = a.concurrency {
         ensure!(c >= 1, "--concurrency must be at least 1");
     }
-
-    // Feature unification gives this workspace's reqwest `rustls-no-provider` (the server crate
-    // wants it): it panics without a process-wide provider even for plain http://.
-    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .timeout(Duration::from_secs_f64(a.timeout))
-        .build()
-        .context("cannot build the HTTP client")?;
-    let raw: Vec<String> = match (&a.token, &a.token_file) {
-        (Some(t), _) => vec![t.clone()],
-        (None, Some(f)) => std::fs::read_to_string(f)
-            .with_context(|| format!("cannot read {}", f.display()))?
-            .lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty())
-            .map(str::to_owned)
-            .collect(),
-        (None, None) => Vec::new(),
-    };
-    ensure!(
-        a.token_file.is_none() || !raw.is_empty(),
-        "--token-file holds no token"
-    );
-    let tokens = raw
-        .iter()
-        .map(|t| HeaderValue::from_str(&format!("Bearer {t}")))
-        .collect::<Result<Vec<_>, _>>()
-        .context("a token is not a valid header value")?;
-    let mut target = Target {
-        client,
-        url: a.url.clone(),
-        mode: a.mode,
-        headers: HeaderMap::new(),
-        tokens,
-        tool_json: Value::from(a.tool.clone()).to_string(),
-        args_template: a.args.clone(),
-        meta_json: json!({
-            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
-            "io.modelcontextprotocol/clientInfo": {"name": "http_bench", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {}
-        })
-        .to_string(),
-        expect_status: a.expect_status.clone(),
-        reported: Default::default(),
-        sessions: AtomicUsize::new(0),
-    };
-    let mut h = target.base_headers();
-    match a.mode {
-        Mode::Modern => {
-            h.insert(
-                HeaderName::from_static("mcp-protocol-version"),
-                HeaderValue::from_static(MODERN_VERSION),
-            );
-            h.insert(
-                HeaderName::from_static("mcp-method"),
-                HeaderValue::from_static("tools/call"),
-            );
-            h.insert(
-                HeaderName::from_static("mcp-name"),
-                HeaderValue::from_str(&a.tool).context("--tool is not a valid header value")?,
-            );
-        }
-        Mode::Legacy => {
-            h.insert(
-                HeaderName::from_static("mcp-protocol-version"),
-                HeaderValue::from_static(LEGACY_VERSION),
-            );
-        }
-    }
-    target.headers = h;
-    let target = Arc::new(target);
+    let target = Arc::new(Target::new(&a.call, a.url.clone(), http_client(&a.call)?)?);
 
     let rt = if a.threads == 1 {
         tokio::runtime::Builder::new_current_thread()
@@ -823,7 +877,7 @@ fn load(a: LoadArgs) -> anyhow::Result<()> {
     let secs = end.duration_since(measure_start).as_secs_f64();
     let rps = if secs > 0.0 { ok as f64 / secs } else { 0.0 };
     let out = json!({
-        "mode": match a.mode { Mode::Modern => "modern", Mode::Legacy => "legacy" },
+        "mode": match a.call.mode { Mode::Modern => "modern", Mode::Legacy => "legacy" },
         "rate_target": a.rate,
         "concurrency": a.concurrency,
         "connections": if a.rate.is_some() { a.connections } else { a.concurrency.unwrap_or(0) },
@@ -1071,4 +1125,198 @@ async fn closed_loop(
 
 fn sub(a: [f64; 3], b: [f64; 3]) -> [f64; 3] {
     [a[0] - b[0], a[1] - b[1], a[2] - b[2]]
+}
+
+// ---------------------------------------------------------------------------------------------
+// interleave
+
+/// What one target of `interleave` answered in the counted window.
+#[derive(Debug, Default)]
+struct Tally {
+    latencies_ns: Vec<u64>,
+    /// Per complete cycle (every call answered ok): the median of this target's latencies in it
+    /// minus the first target's.
+    paired_ns: Vec<i64>,
+    counts: [u64; 6],
+}
+
+/// One call at a time, `--burst` calls to each target in turn, in a new random order every cycle:
+/// every target meets the same upstream, the same machine and the same moment, so what drifts over
+/// a run (an upstream warming up, a noisy neighbour) falls on all of them alike and cancels out of
+/// the differences. The burst keeps a target's process as warm as in a loop of its own (one call
+/// at a time to each of six processes in turn left each of them colder: 20% more CPU per call).
+/// Prints one JSON line per target.
+fn interleave(a: &InterleaveArgs) -> anyhow::Result<()> {
+    ensure!(
+        a.duration > 0.0 && a.warmup >= 0.0,
+        "bad --duration/--warmup"
+    );
+    ensure!(a.targets.len() >= 2, "give two --target or more");
+    ensure!(a.burst >= 1, "--burst must be at least 1");
+    let client = http_client(&a.call)?;
+    let mut names = Vec::new();
+    let mut targets = Vec::new();
+    for t in &a.targets {
+        let (name, url) = t
+            .split_once('=')
+            .with_context(|| format!("--target {t}: NAME=URL"))?;
+        ensure!(!names.contains(&name), "--target {name} given twice");
+        names.push(name);
+        targets.push(Target::new(&a.call, url.to_owned(), client.clone())?);
+    }
+    let mut pids: Vec<Option<u32>> = vec![None; names.len()];
+    for p in &a.pids {
+        let (name, pid) = p
+            .split_once('=')
+            .with_context(|| format!("--pid {p}: NAME=PID"))?;
+        let i = names
+            .iter()
+            .position(|n| *n == name)
+            .with_context(|| format!("--pid {p}: no --target {name}"))?;
+        pids[i] = Some(pid.parse().with_context(|| format!("--pid {p}: PID"))?);
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let plan = Plan {
+        warmup: Duration::from_secs_f64(a.warmup),
+        duration: Duration::from_secs_f64(a.duration),
+        server: None,
+    };
+    let (tallies, cpu, window) = rt.block_on(interleave_loop(&targets, &pids, a.burst, &plan))?;
+    let cycles = tallies[1].paired_ns.len();
+    let first_p50 = {
+        let mut l = tallies[0].latencies_ns.clone();
+        l.sort_unstable();
+        percentile_ms(&l, 0.5)
+    };
+    for ((name, mut t), cpu) in names.iter().zip(tallies).zip(cpu) {
+        t.latencies_ns.sort_unstable();
+        t.paired_ns.sort_unstable();
+        let ok = t.counts[0];
+        let p50 = percentile_ms(&t.latencies_ns, 0.50);
+        let paired = t
+            .paired_ns
+            .get(t.paired_ns.len() / 2)
+            .map_or(Value::Null, |ns| json!((*ns as f64 / 1e3).round() / 1e3));
+        let out = json!({
+            "target": name,
+            "ok": ok,
+            "errors": t.counts[1..].iter().sum::<u64>(),
+            "p50_ms": p50,
+            "p90_ms": percentile_ms(&t.latencies_ns, 0.90),
+            "p99_ms": percentile_ms(&t.latencies_ns, 0.99),
+            "added_p50_ms": ((p50 - first_p50) * 1000.0).round() / 1000.0,
+            "paired_added_p50_ms": paired,
+            "cycles": cycles,
+            "cpu_us_per_call": if cpu.is_nan() || ok == 0 {
+                Value::Null
+            } else {
+                json!((cpu * 1e6 / ok as f64).round())
+            },
+            "window_s": round2(window),
+        });
+        print_line(&out.to_string())?;
+    }
+    Ok(())
+}
+
+/// The calls of [`interleave`]: returns each target's tally, the CPU seconds of its `--pid` over
+/// the counted window (NaN without one) and the window's length in seconds.
+async fn interleave_loop(
+    targets: &[Target],
+    pids: &[Option<u32>],
+    burst: usize,
+    plan: &Plan,
+) -> anyhow::Result<(Vec<Tally>, Vec<f64>, f64)> {
+    let n = targets.len();
+    let mut sessions: Vec<Option<Option<HeaderValue>>> = vec![None; n];
+    if targets[0].mode == Mode::Legacy {
+        for (t, s) in targets.iter().zip(&mut sessions) {
+            match t.initialize().await {
+                Ok(v) => *s = Some(v),
+                Err((_, detail)) => bail!("legacy handshake with {} failed: {detail}", t.url),
+            }
+        }
+    }
+    let cpu_now = || -> Vec<f64> {
+        pids.iter()
+            .map(|p| p.map_or(f64::NAN, |p| proc_cpu(&format!("/proc/{p}/stat"))))
+            .collect()
+    };
+    let mut tallies: Vec<Tally> = (0..n).map(|_| Tally::default()).collect();
+    let mut order: Vec<usize> = (0..n).collect();
+    // xorshift64, seeded from the clock: the order only has to differ from cycle to cycle.
+    let mut seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64 | 1);
+    let mut cpu_start = None;
+    let start = Instant::now();
+    let measure_start = start + plan.warmup;
+    let end = measure_start + plan.duration;
+    let mut i = 0;
+    // Each target's latencies in the current cycle, for its median.
+    let mut cycle: Vec<Vec<u64>> = vec![Vec::with_capacity(burst); n];
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        let counted = now >= measure_start;
+        if counted && cpu_start.is_none() {
+            cpu_start = Some((cpu_now(), now));
+        }
+        for k in (1..n).rev() {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            order.swap(k, (seed % (k as u64 + 1)) as usize);
+        }
+        let mut complete = true;
+        for &t in &order {
+            cycle[t].clear();
+            for _ in 0..burst {
+                let sent = Instant::now();
+                let outcome = targets[t].call(i, &mut sessions[t]).await;
+                let ns = u64::try_from(sent.elapsed().as_nanos()).unwrap_or(u64::MAX);
+                i += 1;
+                if !counted {
+                    continue;
+                }
+                let kind = KINDS.iter().position(|k| *k == outcome).unwrap_or(0);
+                tallies[t].counts[kind] += 1;
+                if outcome == Outcome::Ok {
+                    tallies[t].latencies_ns.push(ns);
+                    cycle[t].push(ns);
+                } else {
+                    complete = false;
+                }
+            }
+        }
+        if counted && complete {
+            let mut medians = cycle.iter_mut().map(|l| {
+                l.sort_unstable();
+                i128::from(l[l.len() / 2])
+            });
+            let first = medians.next().unwrap_or_default();
+            for (tally, median) in tallies.iter_mut().skip(1).zip(medians) {
+                tally
+                    .paired_ns
+                    .push(i64::try_from(median - first).unwrap_or(i64::MAX));
+            }
+        }
+    }
+    let (cpu_start, at) = cpu_start.unwrap_or_else(|| (cpu_now(), Instant::now()));
+    let cpu: Vec<f64> = cpu_now()
+        .iter()
+        .zip(cpu_start)
+        .map(|(e, s)| e - s)
+        .collect();
+    let window = at.elapsed().as_secs_f64();
+    for (t, s) in targets.iter().zip(&sessions) {
+        if let Some(Some(s)) = s {
+            t.delete_session(s).await;
+        }
+    }
+    Ok((tallies, cpu, window))
 }
