@@ -30,10 +30,10 @@
 //! sequential call two thread wake-ups and three context switches, a fifth of the server's CPU.
 //! Alone means no other caller inside the journal and no other call being served: a server holds
 //! an [`Occupant`] for each call it serves, so that under load, when calls reach the journal one
-//! at a time between other work, they still go to the writer thread and share its syncs. It is
-//! judged after yielding to the runtime once, so that calls already runnable on this worker (a
-//! burst read in one go) register first. A lone caller blocks its worker for one sync, which is
-//! the wait it had anyway.
+//! at a time between other work, they still go to the writer thread and share its syncs. Where
+//! there is a sync to share (synced records, effects), it is judged after yielding to the runtime
+//! once, so that calls already runnable on this worker (a burst read in one go) register first. A
+//! lone caller blocks its worker for one sync, which is the wait it had anyway.
 //!
 //! Idempotency lives in the writer, the single sequencer: "is this key new?" and "make it durable"
 //! happen in one step, so two concurrent calls with one key cannot both commit.
@@ -226,6 +226,8 @@ struct Inner {
     callers: Arc<AtomicUsize>,
     /// Calls being served that may write here ([`Journal::occupy`]).
     occupants: Arc<AtomicUsize>,
+    /// Whether records without an effect are synced ([`Durability::Synced`]).
+    sync_audit: bool,
     effects: Arc<RwLock<Index>>,
     dir: PathBuf,
     head: Arc<RwLock<String>>,
@@ -276,6 +278,7 @@ impl Journal {
             writer,
             callers: Arc::default(),
             occupants: Arc::default(),
+            sync_audit: durability == Durability::Synced,
             effects,
             dir: dir.to_path_buf(),
             head,
@@ -418,8 +421,11 @@ impl Journal {
     /// its reply. Cancel-safe: dropped before the commit, nothing was written.
     async fn commit(&self, request: Request) -> Result<Occupant, JournalError> {
         let inside = Occupant::enter(&self.inner.callers);
-        // Under load nobody is alone: straight to the queue, without the yield.
-        if self.alone() {
+        // Under load nobody is alone: straight to the queue, without the yield. A record that is
+        // not synced (buffered, without an effect) has no sync to share, so it does not wait for
+        // others either: the yield costs a lone call a wake-up of the runtime's driver.
+        let syncs = self.inner.sync_audit || matches!(request, Request::PutEffect { .. });
+        if syncs && self.alone() {
             tokio::task::yield_now().await;
         }
         if self.alone()

@@ -4,8 +4,10 @@
 //! [`Gate::metrics_text`]; the CLI serves it on an opt-in local port (`--metrics ADDR`).
 //!
 //! Design decisions: counted in the gate, shared by every clone of it (as the rate limits are), so
-//! kit servers, the gateway and the agent count the same way; one lock per call, taken after the
-//! answer is recorded and held for a map update only. A tool label is only ever a tool of the
+//! kit servers, the gateway and the agent count the same way; two short locks per call, taken after
+//! the answer is recorded, each held for a few map updates only: one for the step times (gathered
+//! on the call's own [`Laps`] and written when they are dropped), one for the call's count and
+//! duration. A tool seen before costs no allocation. A tool label is only ever a tool of the
 //! catalog: any other name a caller sent is counted as `(unknown)`, so a caller cannot grow the
 //! series without bound, and a hidden tool's name never reaches a scrape unless it is served.
 
@@ -30,8 +32,8 @@ pub(crate) const UNKNOWN_TOOL: &str = "(unknown)";
 /// Counters since start; cheap to share.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    calls: Mutex<BTreeMap<(String, &'static str, &'static str), u64>>,
-    durations: Mutex<BTreeMap<String, Histogram>>,
+    /// Per tool: answers by decision and outcome, and the calls' durations.
+    calls: Mutex<BTreeMap<String, PerTool>>,
     /// Per corridor step, whatever the tool (steps are few and fixed).
     steps: Mutex<BTreeMap<&'static str, Histogram>>,
     audit_append: Mutex<Histogram>,
@@ -39,11 +41,24 @@ pub struct Metrics {
     reloads: [std::sync::atomic::AtomicU64; 2],
 }
 
+#[derive(Debug, Default)]
+struct PerTool {
+    answers: BTreeMap<(&'static str, &'static str), u64>,
+    duration: Histogram,
+}
+
+/// Most laps one [`Laps`] holds before it writes them out (a walk of the corridor has twelve).
+const LAPS: usize = 16;
+
 /// Times the corridor's steps one after another: each [`Laps::time`] records the time since the
-/// previous one (or since the laps began) under its step's name.
+/// previous one (or since the laps began) under its step's name. The laps are kept here and
+/// written to the metrics in one go when the `Laps` is dropped, so that timing a call's steps
+/// takes the metrics' lock once, not once a step.
 pub(crate) struct Laps<'m> {
     metrics: &'m Metrics,
     last: Instant,
+    laps: [(&'static str, Duration); LAPS],
+    len: usize,
 }
 
 impl Laps<'_> {
@@ -56,12 +71,30 @@ impl Laps<'_> {
 
     /// Records `step` as taking the time since the last lap (a step that returns nothing).
     pub(crate) fn lap(&mut self, step: &'static str) {
+        if self.len == LAPS {
+            self.flush();
+        }
         let now = Instant::now();
-        crate::lock(&self.metrics.steps)
-            .entry(step)
-            .or_default()
-            .observe(now.duration_since(self.last));
+        self.laps[self.len] = (step, now.duration_since(self.last));
+        self.len += 1;
         self.last = now;
+    }
+
+    fn flush(&mut self) {
+        if self.len == 0 {
+            return;
+        }
+        let mut steps = crate::lock(&self.metrics.steps);
+        for (step, took) in &self.laps[..self.len] {
+            steps.entry(step).or_default().observe(*took);
+        }
+        self.len = 0;
+    }
+}
+
+impl Drop for Laps<'_> {
+    fn drop(&mut self) {
+        self.flush();
     }
 }
 
@@ -112,12 +145,16 @@ impl Metrics {
     /// One call answered: its tool (a catalog name, or [`UNKNOWN_TOOL`]), what was decided, its
     /// outcome, and how long the corridor took from the call's arrival to its answer.
     pub(crate) fn call(&self, tool: &str, decision: Decision, outcome: Outcome, took: Duration) {
-        let key = (tool.to_owned(), decision.as_str(), outcome.as_str());
-        *crate::lock(&self.calls).entry(key).or_default() += 1;
-        crate::lock(&self.durations)
-            .entry(tool.to_owned())
-            .or_default()
-            .observe(took);
+        let mut calls = crate::lock(&self.calls);
+        let per_tool = match calls.get_mut(tool) {
+            Some(per_tool) => per_tool,
+            None => calls.entry(tool.to_owned()).or_default(),
+        };
+        *per_tool
+            .answers
+            .entry((decision.as_str(), outcome.as_str()))
+            .or_default() += 1;
+        per_tool.duration.observe(took);
     }
 
     /// Laps for one call's steps, starting now.
@@ -125,6 +162,8 @@ impl Metrics {
         Laps {
             metrics: self,
             last: Instant::now(),
+            laps: [("", Duration::ZERO); LAPS],
+            len: 0,
         }
     }
 
@@ -145,12 +184,15 @@ impl Metrics {
             "counter",
             "Tool calls answered, by tool, decision and outcome.",
         );
-        for ((tool, decision, outcome), n) in crate::lock(&self.calls).iter() {
-            let _ = writeln!(
-                out,
-                "toolgate_calls_total{{tool=\"{}\",decision=\"{decision}\",outcome=\"{outcome}\"}} {n}",
-                escape(tool)
-            );
+        let calls = crate::lock(&self.calls);
+        for (tool, per_tool) in calls.iter() {
+            for ((decision, outcome), n) in &per_tool.answers {
+                let _ = writeln!(
+                    out,
+                    "toolgate_calls_total{{tool=\"{}\",decision=\"{decision}\",outcome=\"{outcome}\"}} {n}",
+                    escape(tool)
+                );
+            }
         }
         header(
             out,
@@ -158,10 +200,13 @@ impl Metrics {
             "histogram",
             "Time from a call's arrival to its answer, through every step of the gate.",
         );
-        for (tool, histogram) in crate::lock(&self.durations).iter() {
+        for (tool, per_tool) in calls.iter() {
             let labels = format!("tool=\"{}\"", escape(tool));
-            histogram.render(out, "toolgate_call_duration_seconds", &labels);
+            per_tool
+                .duration
+                .render(out, "toolgate_call_duration_seconds", &labels);
         }
+        drop(calls);
         header(
             out,
             "toolgate_step_duration_seconds",
