@@ -340,8 +340,9 @@ http_upstream() {
 }
 
 # http_run CONFIG K TAG: a fresh everything server and, unless CONFIG is direct, a fresh relay or
-# proxy in front of it; one counted http_bench run at K connections; leaves its JSON line in `out`
-# (not printed: run in this shell, so that `started` knows the servers it has to stop).
+# proxy in front of it; one counted http_bench run at K connections; leaves its JSON line, with a
+# proxy's journal counts, in `out` (not printed: run in this shell, so that `started` knows the
+# servers it has to stop).
 http_run() {
     local config=$1 k=$2 dir=$tmp/$3 up_pid upstream pid url
     http_upstream "$dir"
@@ -355,7 +356,15 @@ http_run() {
         tail -n 20 "$dir"/*.log >&2
         return 1
     fi
-    [[ $config == direct ]] || stop "$pid"
+    if [[ $config != direct ]]; then
+        stop "$pid"
+    fi
+    # A proxy's journal counts (records, syncs) at exit: how many records shared a sync.
+    if [[ $config != direct && $config != relay ]]; then
+        local stats
+        stats=$(grep -F '"journal stats at exit"' "$dir/front.log" | tail -n1 || true)
+        [[ -z $stats ]] || out="${out%\}},\"journal_records\":$(field "$stats" records),\"journal_syncs\":$(field "$stats" syncs)}"
+    fi
     stop "$up_pid"
     rm -rf "$dir"
 }
