@@ -11,6 +11,25 @@ free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# await_calls TRIES PAUSE WHAT LOG CMD...: runs CMD, an http_bench load that prints its JSON line,
+# until a call goes through and none fails, PAUSE seconds apart (a server that has just started may
+# not serve yet); after TRIES failed tries, says WHAT does not pass calls, shows the end of LOG and
+# fails. Leaves CMD's last line in `out`.
+await_calls() {
+    local tries=$1 pause=$2 what=$3 file=$4 i
+    shift 4
+    for ((i = 0; ; i++)); do
+        out=$("$@") || true
+        [[ $(field "$out" ok) -gt 0 && $(field "$out" errors) == 0 ]] && return 0
+        if ((i == tries)); then
+            log "$what does not pass calls; its output:"
+            tail -n 20 "$file" >&2
+            return 1
+        fi
+        sleep "$pause"
+    done
+}
+
 # calc EXPR [DECIMALS]: floating-point arithmetic (default 2 decimals).
 calc() { awk "BEGIN { printf \"%.${2:-2}f\", $1 }"; }
 

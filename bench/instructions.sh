@@ -85,7 +85,7 @@ TOML
 
 # count CONFIG: instructions per call of CONFIG (relay, or a toolgate binary's path), printed.
 count() {
-    local config=$1 up_port port up_pid pid out calls total i dir
+    local config=$1 up_port port up_pid pid out calls total dir
     dir=$tmp/$(basename "$config")-$RANDOM
     mkdir -p "$dir"
     up_port=$(free_port)
@@ -100,17 +100,8 @@ count() {
         --callgrind-out-file="$dir/callgrind.out" "${server[@]}" >"$dir/server.log" 2>&1 &
     pid=$!
     started+=("$pid")
-    # Under valgrind start-up takes seconds: wait for a call that goes through.
-    for ((i = 0; ; i++)); do
-        out=$(load "http://127.0.0.1:$port/mcp" 0.5) || true
-        [[ $(field "$out" ok) -gt 0 && $(field "$out" errors) == 0 ]] && break
-        if ((i == 120)); then
-            log "bench/instructions.sh: $config does not pass calls; its output:"
-            tail -n 20 "$dir/server.log" >&2
-            return 1
-        fi
-        sleep 0.5
-    done
+    # Under valgrind start-up takes seconds.
+    await_calls 120 0.5 "bench/instructions.sh: $config" "$dir/server.log" load "http://127.0.0.1:$port/mcp" 0.5
     load "http://127.0.0.1:$port/mcp" "$warmup" >/dev/null
     callgrind_control --instr=on "$pid" >/dev/null 2>&1
     out=$(load "http://127.0.0.1:$port/mcp" "$seconds")

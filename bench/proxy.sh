@@ -298,7 +298,7 @@ http_load() {
 # -b twins from TOOLGATE_BIN_B) in front of the upstream URL, its files in DIR; leaves its pid in
 # `pid` and its endpoint in `url`, once a call goes through it.
 http_front() {
-    local config=$1 upstream=$2 dir=$3 bin=$toolgate audit=${1%-b} port i
+    local config=$1 upstream=$2 dir=$3 bin=$toolgate audit=${1%-b} port
     [[ $config == *-b ]] && bin=$TOOLGATE_BIN_B
     mkdir -p "$dir"
     port=$(free_port)
@@ -312,19 +312,12 @@ http_front() {
     started+=("$pid")
     listening "$port" "$pid" "$dir/front.log"
     url=http://127.0.0.1:$port/mcp
-    # A proxy serves once the upstream's first connection attempt has ended; wait for a call that
-    # goes through.
-    for ((i = 0; ; i++)); do
-        out=$(http_load "$url" 1 0.2 0 "$pid" 2>/dev/null) || true
-        [[ $(field "$out" ok) -gt 0 && $(field "$out" errors) == 0 ]] && break
-        if ((i == 50)); then
-            log "the $config front does not pass calls; its output:"
-            tail -n 20 "$dir/front.log" >&2
-            return 1
-        fi
-        sleep 0.1
-    done
+    # A proxy serves once the upstream's first connection attempt has ended.
+    await_calls 50 0.1 "the $config front" "$dir/front.log" http_load_quiet "$url" 1 0.2 0 "$pid"
 }
+
+# http_load_quiet: http_load without its stderr (the first error of each kind).
+http_load_quiet() { http_load "$@" 2>/dev/null; }
 
 # http_upstream DIR: a fresh everything server on a free port, its log in DIR; leaves its pid in
 # `up_pid` and its endpoint in `upstream`.
