@@ -65,8 +65,9 @@
 //! the targets in a new random order every cycle, and prints one JSON line per target: `target`,
 //! `ok`, `errors`, `p50_ms`, `p90_ms`, `p99_ms`, `added_p50_ms` (its p50 minus the first
 //! target's), `paired_added_p50_ms` (the median, over the cycles in which every call was answered
-//! ok, of its median latency in the cycle minus the first target's in the same cycle), `cycles`, `cpu_us_per_call` (with `--pid NAME=PID`: PID's CPU time over the
-//! counted window per call NAME answered) and `window_s`. Put in front of one upstream (direct,
+//! ok, of its median latency in the cycle minus the first target's in the same cycle), `cycles`,
+//! `cpu_us_per_call` (with `--pid NAME=PID`: PID's CPU time over the counted window per call NAME
+//! answered) and `window_s`. Put in front of one upstream (direct,
 //! then proxies of it), every target meets the same upstream at the same moments, so the upstream's
 //! drift over a run, which in separate runs is larger than what a proxy adds, cancels out of the
 //! differences.
@@ -506,9 +507,7 @@ impl Target {
         target.headers = h;
         Ok(target)
     }
-}
 
-impl Target {
     fn body(&self, i: u64) -> String {
         let args = self.args_template.replace("{i}", &i.to_string());
         match self.mode {
@@ -1183,16 +1182,15 @@ fn interleave(a: &InterleaveArgs) -> anyhow::Result<()> {
         duration: Duration::from_secs_f64(a.duration),
         server: None,
     };
-    let (tallies, cpu, window) = rt.block_on(interleave_loop(&targets, &pids, a.burst, &plan))?;
-    let cycles = tallies[1].paired_ns.len();
-    let first_p50 = {
-        let mut l = tallies[0].latencies_ns.clone();
-        l.sort_unstable();
-        percentile_ms(&l, 0.5)
-    };
-    for ((name, mut t), cpu) in names.iter().zip(tallies).zip(cpu) {
+    let (mut tallies, cpu, window) =
+        rt.block_on(interleave_loop(&targets, &pids, a.burst, &plan))?;
+    for t in &mut tallies {
         t.latencies_ns.sort_unstable();
         t.paired_ns.sort_unstable();
+    }
+    let cycles = tallies[1].paired_ns.len();
+    let first_p50 = percentile_ms(&tallies[0].latencies_ns, 0.50);
+    for ((name, t), cpu) in names.iter().zip(tallies).zip(cpu) {
         let ok = t.counts[0];
         let p50 = percentile_ms(&t.latencies_ns, 0.50);
         let paired = t
