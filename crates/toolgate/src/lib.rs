@@ -154,6 +154,18 @@ pub(crate) fn seconds_up(wait: std::time::Duration) -> u64 {
     wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
 }
 
+/// Whether `url` names this machine: `localhost` or a loopback address, parsed (so that
+/// `http://127.0.0.1.example.com` and `http://localhost@example.com` are other hosts).
+#[cfg(any(feature = "gateway", feature = "agent"))]
+pub(crate) fn loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    }
+}
+
 /// Outgoing HTTPS (upstreams, JWKS, documents, notifications) uses rustls with ring; installed once
 /// per process (a second install is a no-op error).
 #[cfg(any(

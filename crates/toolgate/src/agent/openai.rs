@@ -19,7 +19,6 @@
 //! counter. `reqwest` has its `json` feature off in this crate, so bodies are `serde_json` bytes.
 
 use std::collections::HashSet;
-use std::net::IpAddr;
 use std::time::Duration;
 
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue, RETRY_AFTER};
@@ -106,7 +105,7 @@ impl ChatCompletions {
                         )
                     })?;
                 value.set_sensitive(true);
-                if endpoint.scheme() == "http" && !loopback(&endpoint) {
+                if endpoint.scheme() == "http" && !crate::loopback(&endpoint) {
                     tracing::warn!(
                         host = endpoint.host_str().unwrap_or_default(),
                         "the model's API key goes over plain http to a host that is not this \
@@ -377,16 +376,6 @@ fn endpoint(base_url: &str) -> Result<Url, ModelError> {
         .pop_if_empty()
         .extend(["chat", "completions"]);
     Ok(url)
-}
-
-/// Whether `url` names this machine.
-fn loopback(url: &Url) -> bool {
-    match url.host() {
-        Some(url::Host::Ipv4(ip)) => IpAddr::V4(ip).is_loopback(),
-        Some(url::Host::Ipv6(ip)) => IpAddr::V6(ip).is_loopback(),
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        None => false,
-    }
 }
 
 /// The request body of one step.

@@ -307,15 +307,12 @@ fn check_url(text: &str) -> Result<(), SpecError> {
     if !url.username().is_empty() || url.password().is_some() {
         return refuse(UrlProblem::Credentials);
     }
-    let loopback = match url.host() {
-        Some(url::Host::Domain(name)) => name.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => return refuse(UrlProblem::NoHost),
-    };
+    if url.host().is_none() {
+        return refuse(UrlProblem::NoHost);
+    }
     match url.scheme() {
         "https" => Ok(()),
-        "http" if loopback => Ok(()),
+        "http" if crate::loopback(&url) => Ok(()),
         _ => refuse(UrlProblem::PlainHttp),
     }
 }
