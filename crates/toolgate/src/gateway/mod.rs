@@ -17,6 +17,7 @@ mod relay;
 mod spec;
 mod tasks;
 mod upstream;
+mod wire;
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};

@@ -5,8 +5,9 @@
 //! per response stream before the answer reaches the caller, and parses every answer as "any
 //! result"; on the gateway's path that was most of what forwarding a call cost (docs/
 //! performance.md, "Gateway over HTTP"). For an upstream in an `initialize` session, whose
-//! requests carry nothing but the session's headers, the gateway posts the request itself with
-//! the connection's HTTP client and reads the answer where the caller waits: the call's result
+//! requests carry nothing but the session's headers, the gateway posts the request itself (on
+//! connections of its own to an endpoint on this machine, `wire.rs`; else with the connection's
+//! reqwest client) and reads the answer where the caller waits: the call's result
 //! parsed as a call result, its progress queued for the caller in the order it came
 //! ([`Routes`]), and anything else on the stream (the upstream's questions, its log messages)
 //! handed to the rmcp connection, which handles it as if it had read it itself (a question
@@ -26,9 +27,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use futures_util::StreamExt;
-use http::header::{ACCEPT, CONTENT_TYPE};
-use http::{HeaderName, HeaderValue, StatusCode};
+use futures_util::{StreamExt, TryStreamExt};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+use hyper::body::Bytes;
 use rmcp::ErrorData;
 use rmcp::model::{
     CallToolResult, ClientJsonRpcMessage, ClientRequest, GetExtensions, GetMeta, JsonRpcRequest,
@@ -46,6 +48,7 @@ use sse_stream::{Error as SseError, Sse, SseStream};
 use tokio::sync::mpsc;
 
 use super::progress::Routes;
+use super::wire::{Lease, Wire, WireError};
 use crate::lock;
 
 /// Largest answer read from a JSON body (rmcp's own limit).
@@ -216,7 +219,9 @@ pub(super) type Injected = mpsc::UnboundedReceiver<ServerJsonRpcMessage>;
 pub(super) enum Posted {
     /// The upstream answered it: its result, or its own error.
     Answered(Box<Result<ServerResult, ErrorData>>),
-    /// rmcp is (re)initializing the session: send it the rmcp way.
+    /// Not for the short way: rmcp is (re)initializing the session, or the upstream redirected
+    /// the request (307/308: nothing ran) and only rmcp's client follows redirects. Send it the
+    /// rmcp way.
     NotReady,
     /// The upstream refused the session (HTTP 404, or 400 naming no request): nothing ran.
     SessionEnded(String),
@@ -230,6 +235,9 @@ pub(super) enum Posted {
 pub(super) struct Poster {
     client: reqwest::Client,
     url: reqwest::Url,
+    /// The short way's own connections, to an endpoint on this machine (`wire.rs`); else the
+    /// client's.
+    wire: Option<Arc<Wire>>,
     session: Current,
     /// Messages for the rmcp connection that arrived on a POST the gateway read itself.
     inject: mpsc::UnboundedSender<ServerJsonRpcMessage>,
@@ -257,6 +265,7 @@ impl Poster {
         };
         let poster = Self {
             client,
+            wire: Wire::for_url(&url),
             url,
             session,
             inject,
@@ -290,38 +299,40 @@ impl Poster {
         let Some(body) = body(id, request) else {
             return Posted::NotSent("the request could not be written".to_owned());
         };
-        let mut post = self
-            .client
-            .post(self.url.clone())
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
-            .body(body);
-        for (name, value) in &session.headers {
-            post = post.header(name, value);
-        }
-        if let Some(id) = &session.id {
-            post = post.header("mcp-session-id", id.as_ref());
-        }
-        if let Some(token) = &session.auth {
-            post = post.bearer_auth(token);
-        }
-        let response = match post.send().await {
-            Ok(response) => response,
-            Err(error) if error.is_connect() => return Posted::NotSent(error.to_string()),
-            Err(error) => return Posted::Lost(error.to_string()),
+        let headers = match headers(&session) {
+            Ok(headers) => headers,
+            Err(why) => return Posted::NotSent(why),
         };
-        let status = response.status();
+        let reply = match &self.wire {
+            Some(wire) => match wire.post(headers, body).await {
+                Ok((response, lease)) => Reply::wire(response, lease),
+                Err(WireError::NotSent(why)) => return Posted::NotSent(why),
+                Err(WireError::Lost(why)) => return Posted::Lost(why),
+            },
+            None => {
+                let post = self.client.post(self.url.clone()).headers(headers);
+                match post.body(body).send().await {
+                    Ok(response) => Reply::reqwest(response),
+                    Err(error) if error.is_connect() => return Posted::NotSent(error.to_string()),
+                    Err(error) => return Posted::Lost(error.to_string()),
+                }
+            }
+        };
+        let status = reply.status;
         if status == StatusCode::NOT_FOUND {
             return Posted::SessionEnded(format!("HTTP {status}"));
         }
-        let streamed = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.starts_with("text/event-stream"));
+        // reqwest follows these to the same origin; the short way's own connections do not.
+        if matches!(
+            status,
+            StatusCode::TEMPORARY_REDIRECT | StatusCode::PERMANENT_REDIRECT
+        ) && self.wire.is_some()
+        {
+            return Posted::NotReady;
+        }
         let call = matches!(request, ClientRequest::CallToolRequest(_));
         if !status.is_success() {
-            let Ok(body) = read(response, MAX_ERROR).await else {
+            let Ok(body) = reply.read(MAX_ERROR).await else {
                 return Posted::Lost(format!("HTTP {status}"));
             };
             // An error about this request is the upstream's answer. A 400 about no request is
@@ -340,10 +351,10 @@ impl Poster {
                 _ => Posted::Lost(format!("HTTP {status}")),
             };
         }
-        if streamed {
-            return self.read_stream(response, id, call, routes).await;
+        if reply.streamed {
+            return self.read_stream(reply, id, call, routes).await;
         }
-        match read(response, MAX_JSON).await {
+        match reply.read(MAX_JSON).await {
             Ok(body) if body.is_empty() => {
                 Posted::Lost(format!("HTTP {status} with no answer to a request"))
             }
@@ -358,14 +369,15 @@ impl Poster {
     /// Reads an answer stream up to the answer to `id`, handing what comes before it on.
     async fn read_stream(
         &self,
-        response: reqwest::Response,
+        reply: Reply,
         id: &RequestId,
         call: bool,
         routes: &Routes,
     ) -> Posted {
+        let Reply { body, lease, .. } = reply;
         let mut seen = 0usize;
-        let bytes = response.bytes_stream().map(move |chunk| {
-            let chunk = chunk.map_err(std::io::Error::other)?;
+        let bytes = body.map(move |chunk| {
+            let chunk = chunk?;
             seen += chunk.len();
             if seen > MAX_STREAM {
                 return Err(std::io::Error::other(format!(
@@ -374,7 +386,7 @@ impl Poster {
             }
             Ok(chunk)
         });
-        let mut events = std::pin::pin!(SseStream::from_bytes_stream(bytes));
+        let mut events = Box::pin(SseStream::from_bytes_stream(bytes));
         while let Some(event) = events.next().await {
             let data = match event {
                 Ok(Sse {
@@ -384,9 +396,7 @@ impl Poster {
                 Err(error) => return Posted::Lost(format!("the answer stream broke ({error})")),
             };
             if let Some(answer) = self.take(data.as_bytes(), id, call, routes).await {
-                let _ =
-                    tokio::time::timeout(DRAIN, async { while events.next().await.is_some() {} })
-                        .await;
+                drain(events, lease);
                 return Posted::Answered(Box::new(answer));
             }
         }
@@ -447,6 +457,41 @@ impl Poster {
     }
 }
 
+/// Reads the rest of an answer stream, for at most [`DRAIN`], so that its connection can carry the
+/// next request (`lease`, on the short way's own connections; reqwest's pool takes it back by
+/// itself).
+///
+/// An upstream usually ends the stream in the same write as the answer, and its end is then
+/// already here: taken at once, with no timer. Otherwise the rest is read on a task of its own,
+/// after the answer has gone on: a timer due before the runtime's next one wakes the runtime's
+/// driver (a write to its eventfd and one more `epoll_wait`), which the caller need not wait for.
+fn drain<S>(mut events: S, lease: Option<Lease>)
+where
+    S: futures_util::Stream + Unpin + Send + 'static,
+{
+    use futures_util::FutureExt;
+    loop {
+        match events.next().now_or_never() {
+            Some(None) => {
+                if let Some(lease) = lease {
+                    lease.release();
+                }
+                return;
+            }
+            Some(Some(_)) => {}
+            None => break,
+        }
+    }
+    tokio::spawn(async move {
+        let ended = tokio::time::timeout(DRAIN, async { while events.next().await.is_some() {} });
+        if ended.await.is_ok()
+            && let Some(lease) = lease
+        {
+            lease.release();
+        }
+    });
+}
+
 /// The parts of a JSON-RPC message that say whether it is the answer awaited.
 #[derive(Deserialize)]
 struct Envelope<'a> {
@@ -502,16 +547,87 @@ pub(super) fn progress_token(id: &RequestId) -> ProgressToken {
     ProgressToken(id.clone())
 }
 
-/// A body, at most `limit` bytes.
-async fn read(mut response: reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-        if body.len() + chunk.len() > limit {
-            return Err(format!("the answer passed {limit} bytes"));
+/// The upstream's answer to a POST, from either client.
+struct Reply {
+    status: StatusCode,
+    /// An SSE stream rather than one JSON body.
+    streamed: bool,
+    body: futures_util::stream::BoxStream<'static, std::io::Result<Bytes>>,
+    /// The short way's own connection, until the body has been read.
+    lease: Option<Lease>,
+}
+
+impl Reply {
+    fn wire(response: http::Response<hyper::body::Incoming>, lease: Lease) -> Self {
+        let (parts, body) = response.into_parts();
+        let body = http_body_util::BodyDataStream::new(body).map_err(std::io::Error::other);
+        Self {
+            status: parts.status,
+            streamed: streamed(&parts.headers),
+            body: body.boxed(),
+            lease: Some(lease),
         }
-        body.extend_from_slice(&chunk);
     }
-    Ok(body)
+
+    fn reqwest(response: reqwest::Response) -> Self {
+        Self {
+            status: response.status(),
+            streamed: streamed(response.headers()),
+            lease: None,
+            body: response
+                .bytes_stream()
+                .map_err(std::io::Error::other)
+                .boxed(),
+        }
+    }
+
+    /// The whole body, at most `limit` bytes.
+    async fn read(mut self, limit: usize) -> Result<Vec<u8>, String> {
+        let mut body = Vec::new();
+        while let Some(chunk) = self.body.next().await {
+            let chunk = chunk.map_err(|e| e.to_string())?;
+            if body.len() + chunk.len() > limit {
+                return Err(format!("the answer passed {limit} bytes"));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        if let Some(lease) = self.lease {
+            lease.release();
+        }
+        Ok(body)
+    }
+}
+
+fn streamed(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// The headers of a POST in `session`: rmcp's own for the session, its id and the upstream's
+/// credential.
+fn headers(session: &Session) -> Result<HeaderMap, String> {
+    let mut headers = HeaderMap::with_capacity(session.headers.len() + 4);
+    headers.insert(
+        ACCEPT,
+        HeaderValue::from_static("application/json, text/event-stream"),
+    );
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    for (name, value) in &session.headers {
+        headers.append(name, value.clone());
+    }
+    if let Some(id) = &session.id {
+        let id = HeaderValue::from_str(id).map_err(|_| "the session id is not a header value")?;
+        headers.insert(HeaderName::from_static("mcp-session-id"), id);
+    }
+    if let Some(token) = &session.auth {
+        let mut value = HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| "the upstream's token is not a header value")?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+    }
+    Ok(headers)
 }
 
 #[cfg(test)]
@@ -521,6 +637,7 @@ mod tests {
 
     use std::collections::HashMap;
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     use http::{HeaderName, HeaderValue};
     use rmcp::model::{
@@ -530,7 +647,7 @@ mod tests {
     use rmcp::service::InboundStreamOrigin;
     use serde_json::{Value, json};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::TcpListener;
+    use tokio::net::{TcpListener, TcpStream};
 
     use super::{Posted, Poster};
     use crate::gateway::progress::Routes;
@@ -541,39 +658,84 @@ mod tests {
         let url = format!("http://{}/mcp", listener.local_addr().expect("address"));
         let served = tokio::spawn(async move {
             let (mut socket, _) = listener.accept().await.expect("accept");
-            let mut got = Vec::new();
-            let mut buf = [0u8; 4096];
-            loop {
-                let n = socket.read(&mut buf).await.expect("read");
-                got.extend_from_slice(&buf[..n]);
-                let text = String::from_utf8_lossy(&got).to_string();
-                if let Some((head, body)) = text.split_once("\r\n\r\n") {
-                    let length = head
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length: ")
-                                .map(str::to_owned)
-                        })
-                        .and_then(|v| v.trim().parse::<usize>().ok())
-                        .unwrap_or(0);
-                    if body.len() >= length {
-                        break;
-                    }
-                }
-                assert!(n > 0, "the client hung up: {text}");
-            }
+            let got = read_request(&mut socket)
+                .await
+                .expect("the client hung up before its request");
             socket.write_all(response.as_bytes()).await.expect("write");
             socket.shutdown().await.expect("shutdown");
-            String::from_utf8_lossy(&got).to_string()
+            got
         });
         (url, served)
+    }
+
+    /// One whole request (head and `content-length` body), or `None` if the client closed the
+    /// connection first.
+    async fn read_request(socket: &mut TcpStream) -> Option<String> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            let n = socket.read(&mut buf).await.ok()?;
+            if n == 0 {
+                return None;
+            }
+            got.extend_from_slice(&buf[..n]);
+            let text = String::from_utf8_lossy(&got).to_string();
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length: ")
+                            .map(str::to_owned)
+                    })
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if body.len() >= length {
+                    return Some(text);
+                }
+            }
+        }
+    }
+
+    /// A server that answers every call on every connection with `Echo: hi` under the call's own
+    /// id, as an SSE stream, keeping the connection open unless `close` (then it says so in the
+    /// answer and closes it); and the number of connections it accepted.
+    async fn serving(close: bool) -> (String, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}/mcp", listener.local_addr().expect("address"));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let accepted = Arc::clone(&connections);
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                accepted.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(async move {
+                    while let Some(request) = read_request(&mut socket).await {
+                        let (_, body) = request.split_once("\r\n\r\n").expect("whole");
+                        let id = serde_json::from_str::<Value>(body).expect("json")["id"].clone();
+                        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "Echo: hi"}]}});
+                        let body = events(&[answer]);
+                        let closing = if close { "connection: close\r\n" } else { "" };
+                        let response = format!(
+                            "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\n{closing}\r\n{body}",
+                            body.len()
+                        );
+                        socket.write_all(response.as_bytes()).await.expect("write");
+                        if close {
+                            let _ = socket.shutdown().await;
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (url, connections)
     }
 
     /// The gateway's own client for upstreams (connection pool, redirect policy, TLS provider).
     fn client() -> reqwest::Client {
         crate::install_tls_provider();
-        crate::gateway::upstream::http_client().expect("client")
+        crate::gateway::upstream::http_client(&"http://127.0.0.1/".parse().expect("url"))
+            .expect("client")
     }
 
     fn respond(status: &str, content_type: &str, body: &str) -> String {
@@ -590,15 +752,25 @@ mod tests {
             .collect()
     }
 
-    /// A poster whose session rmcp has set up: id `S1`, revision 2025-11-25, bearer `T`.
+    /// The two clients of the short way: its own connections (`wire.rs`, for an endpoint on this
+    /// machine) and reqwest's (for any other).
+    const OWN_CONNECTIONS: [bool; 2] = [true, false];
+
+    /// A poster whose session rmcp has set up: id `S1`, revision 2025-11-25, bearer `T`; on its
+    /// own connections or on reqwest's.
     fn set_up(
         url: &str,
+        own: bool,
     ) -> (
         Poster,
         tokio::sync::mpsc::UnboundedReceiver<ServerJsonRpcMessage>,
     ) {
-        let (observed, poster, injected) =
+        let (observed, mut poster, injected) =
             Poster::new(client(), reqwest::Url::parse(url).expect("url"));
+        assert!(poster.wire.is_some(), "an endpoint on this machine");
+        if !own {
+            poster.wire = None;
+        }
         let initialized: ClientJsonRpcMessage = serde_json::from_value(
             json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         )
@@ -642,10 +814,16 @@ mod tests {
 
     #[tokio::test]
     async fn a_call_carries_the_session_and_its_json_answer_is_read_as_a_call_result() {
+        for own in OWN_CONNECTIONS {
+            a_call_carries_the_session(own).await;
+        }
+    }
+
+    async fn a_call_carries_the_session(own: bool) {
         let answer = json!({"jsonrpc": "2.0", "id": "tg-0", "result": {"content": [{"type": "text", "text": "Echo: hi"}]}});
         let (url, served) =
             upstream(respond("200 OK", "application/json", &answer.to_string())).await;
-        let (poster, _injected) = set_up(&url);
+        let (poster, _injected) = set_up(&url, own);
         assert!(poster.ready());
         let id = poster.next_id();
         let posted = poster.post(&id, &mut call(), &Routes::default()).await;
@@ -674,6 +852,12 @@ mod tests {
 
     #[tokio::test]
     async fn a_question_on_the_stream_goes_to_rmcp_marked_with_the_call_it_came_on() {
+        for own in OWN_CONNECTIONS {
+            a_question_goes_to_rmcp(own).await;
+        }
+    }
+
+    async fn a_question_goes_to_rmcp(own: bool) {
         let question = json!({"jsonrpc": "2.0", "id": 7, "method": "roots/list"});
         let answer = json!({"jsonrpc": "2.0", "id": "tg-0", "result": {"content": [{"type": "text", "text": "done"}]}});
         let (url, _served) = upstream(respond(
@@ -682,7 +866,7 @@ mod tests {
             &events(&[question, answer]),
         ))
         .await;
-        let (poster, mut injected) = set_up(&url);
+        let (poster, mut injected) = set_up(&url, own);
         let id = poster.next_id();
         let posted = poster.post(&id, &mut call(), &Routes::default()).await;
         assert_eq!(result_text(posted), "done");
@@ -700,6 +884,12 @@ mod tests {
 
     #[tokio::test]
     async fn each_other_answer_says_whether_anything_ran() {
+        for own in OWN_CONNECTIONS {
+            each_other_answer(own).await;
+        }
+    }
+
+    async fn each_other_answer(own: bool) {
         // The upstream no longer knows the session: nothing ran.
         for (status, body) in [
             ("404 Not Found", String::new()),
@@ -709,7 +899,7 @@ mod tests {
             ),
         ] {
             let (url, _served) = upstream(respond(status, "application/json", &body)).await;
-            let (poster, _) = set_up(&url);
+            let (poster, _) = set_up(&url, own);
             let posted = poster.post(&poster.next_id(), &mut call(), &Routes::default()).await;
             assert!(matches!(posted, Posted::SessionEnded(_)), "{status}");
         }
@@ -721,7 +911,7 @@ mod tests {
             &rejected.to_string(),
         ))
         .await;
-        let (poster, _) = set_up(&url);
+        let (poster, _) = set_up(&url, own);
         match poster
             .post(&poster.next_id(), &mut call(), &Routes::default())
             .await
@@ -736,7 +926,7 @@ mod tests {
         // Sent, and no answer: unknown.
         let (url, _served) =
             upstream(respond("500 Internal Server Error", "text/plain", "boom")).await;
-        let (poster, _) = set_up(&url);
+        let (poster, _) = set_up(&url, own);
         let posted = poster
             .post(&poster.next_id(), &mut call(), &Routes::default())
             .await;
@@ -744,7 +934,7 @@ mod tests {
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": "tg-0", "progress": 1}});
         let (url, _served) =
             upstream(respond("200 OK", "text/event-stream", &events(&[progress]))).await;
-        let (poster, _) = set_up(&url);
+        let (poster, _) = set_up(&url, own);
         let posted = poster
             .post(&poster.next_id(), &mut call(), &Routes::default())
             .await;
@@ -756,11 +946,49 @@ mod tests {
         let closed = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let url = format!("http://{}/mcp", closed.local_addr().expect("address"));
         drop(closed);
-        let (poster, _) = set_up(&url);
+        let (poster, _) = set_up(&url, own);
         let posted = poster
             .post(&poster.next_id(), &mut call(), &Routes::default())
             .await;
         assert!(matches!(posted, Posted::NotSent(_)));
+    }
+
+    #[tokio::test]
+    async fn the_own_connections_carry_call_after_call_and_one_the_upstream_closes_is_not_reused() {
+        // Kept open by the upstream: every call on the first connection.
+        let (url, connections) = serving(false).await;
+        let (poster, _) = set_up(&url, true);
+        for _ in 0..3 {
+            let posted = poster
+                .post(&poster.next_id(), &mut call(), &Routes::default())
+                .await;
+            assert_eq!(result_text(posted), "Echo: hi");
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 1);
+        // Closed by the upstream after each answer: each call answered on a new connection.
+        let (url, connections) = serving(true).await;
+        let (poster, _) = set_up(&url, true);
+        for _ in 0..3 {
+            let posted = poster
+                .post(&poster.next_id(), &mut call(), &Routes::default())
+                .await;
+            assert_eq!(result_text(posted), "Echo: hi");
+        }
+        assert_eq!(connections.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_redirect_sends_the_request_the_rmcp_way_whose_client_follows_it() {
+        let (url, _served) = upstream(
+            "HTTP/1.1 307 Temporary Redirect\r\nlocation: /elsewhere\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                .to_owned(),
+        )
+        .await;
+        let (poster, _) = set_up(&url, true);
+        let posted = poster
+            .post(&poster.next_id(), &mut call(), &Routes::default())
+            .await;
+        assert!(matches!(posted, Posted::NotReady));
     }
 
     #[tokio::test]

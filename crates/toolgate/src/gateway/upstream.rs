@@ -49,6 +49,7 @@ use super::post::{self, Injected, Posted, Poster};
 use super::progress::{self, Routes};
 use super::relay::{self, Asker, Input, Relay, Round};
 use super::spec::{Target, UpstreamSpec};
+use super::wire;
 use crate::corridor::Gate;
 use crate::lock;
 use crate::toolset::CallError;
@@ -301,9 +302,9 @@ impl Upstream {
                     (None, Some(var)) => return Err(ConnectError::NoToken { var: var.clone() }),
                     (None, None) => {}
                 }
-                let client = http_client().map_err(ConnectError::Client)?;
                 let endpoint =
                     reqwest::Url::parse(url).map_err(|e| ConnectError::Url(e.to_string()))?;
+                let client = http_client(&endpoint).map_err(ConnectError::Client)?;
                 let (client, poster, injected) = Poster::new(client, endpoint);
                 let transport = StreamableHttpClientTransport::with_client(client, config);
                 let service = self
@@ -906,15 +907,16 @@ impl Drop for CancelOnDrop {
 /// below the 5 s after which Node's `http` server and uvicorn close an idle keep-alive
 /// connection, so that the gateway, not the server, closes it, and a request is never written
 /// to a connection the server is closing at that moment.
-const IDLE_CONNECTION: Duration = Duration::from_secs(2);
+pub(super) const IDLE_CONNECTION: Duration = Duration::from_secs(2);
 
 /// The HTTP client of one upstream connection: it keeps its connections open between requests.
 /// rmcp's default client keeps none, so that each POST of a call (and each reply) opened a new
 /// TCP connection, which both the gateway and the upstream paid for on every call. Redirects
 /// are followed as rmcp's default client follows them: only 307 and 308 (which keep the method
 /// and body) to the same origin (so the session id and the upstream's token go nowhere else),
-/// at most [`MAX_REDIRECTS`].
-pub(super) fn http_client() -> reqwest::Result<reqwest::Client> {
+/// at most [`MAX_REDIRECTS`]. An endpoint on this machine is reached without a proxy, as the short
+/// way reaches it (`wire.rs`).
+pub(super) fn http_client(endpoint: &reqwest::Url) -> reqwest::Result<reqwest::Client> {
     let redirects = reqwest::redirect::Policy::custom(|attempt| {
         let keeps_body = matches!(
             attempt.status(),
@@ -932,11 +934,15 @@ pub(super) fn http_client() -> reqwest::Result<reqwest::Client> {
             attempt.follow()
         }
     });
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .pool_idle_timeout(IDLE_CONNECTION)
         .tcp_nodelay(true)
-        .redirect(redirects)
-        .build()
+        .redirect(redirects);
+    if wire::direct(endpoint) {
+        builder.no_proxy().build()
+    } else {
+        builder.build()
+    }
 }
 
 /// Redirects one upstream request may follow.
