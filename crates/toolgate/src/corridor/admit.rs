@@ -174,10 +174,10 @@ impl Corridor<'_> {
         let defaults = self.gate.policy().defaults();
         let window = i64::try_from(defaults.medium_window.as_millis()).unwrap_or(i64::MAX);
         let principal = &self.gate.principal().sub;
-        match state
-            .charge_budget(principal, defaults.medium_budget, window, now_ms())
-            .await
-        {
+        // Boxed: a store's future is kilobytes (module `corridor`, "Sizes").
+        let charged =
+            Box::pin(state.charge_budget(principal, defaults.medium_budget, window, now_ms()));
+        match charged.await {
             Ok(within) => within,
             Err(error) => {
                 tracing::error!(error = %error, "budget store unavailable; treating as over budget");

@@ -54,9 +54,10 @@ impl Corridor<'_> {
         };
         let limit = tokio::time::Instant::now() + self.timeout(call.name);
         loop {
-            let claim = store
-                .claim(id, &call.digest, gate.owner(), retry_in_doubt, now_ms())
-                .await;
+            // Boxed: a store's future is kilobytes (module `corridor`, "Sizes").
+            let claim =
+                Box::pin(store.claim(id, &call.digest, gate.owner(), retry_in_doubt, now_ms()))
+                    .await;
             match claim {
                 Err(error) => {
                     tracing::error!(error = %error, tool = call.name, "idempotency store unavailable; not run");

@@ -13,6 +13,14 @@
 //! `verify.rs`). [`answer::to_wire`] then gives the answer its MCP shape. Kit tools and upstream
 //! tools (the gateway) walk the same steps; only the toolset behind `Toolset::call` differs.
 //!
+//! Sizes: an `async fn`'s future is as large as its largest await point, and each `.await`
+//! builds the callee's future and copies all of it into the caller's, whether or not the call
+//! takes the branch that needs the space. A store's future is about 9 KB (sqlx's), so every step
+//! that awaited one made every call copy it, several times over, up the chain to rmcp's request
+//! handling (about 150 KB of `memcpy` per call through the gateway). Where a step awaits a store
+//! or a whole nested corridor (`verify.rs`) on a branch only some calls take, the awaited future
+//! is boxed: a call that takes the branch pays one allocation, the others copy a pointer.
+//!
 //! Files: `admit.rs` (kill switch to decide), `approval.rs`, `execute.rs` (claim, run, settle),
 //! `clean.rs`, `verify.rs`, `answer.rs` (answer → wire), `gate.rs` (policy, stores, switches),
 //! `limits.rs`.

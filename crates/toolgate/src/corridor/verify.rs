@@ -78,7 +78,9 @@ impl Corridor<'_> {
             return Answer::Ran(result);
         };
         let args = call.kept.take().unwrap_or_default();
-        let judged = self.judge(call, rule, &args).await;
+        // Boxed, as below: each holds a whole corridor (module `corridor`, "Sizes"), and most
+        // calls have no postcondition.
+        let judged = Box::pin(self.judge(call, rule, &args)).await;
         let (decision, diverged, why, observed) = match judged {
             Judged::Holds => {
                 return match self.record(call, rule, Check::Continue, None).await {
@@ -114,7 +116,7 @@ impl Corridor<'_> {
         }
         let rollback = match (&rule.rollback, decision) {
             (Some(compensation), Check::Rollback) => {
-                Some(self.compensate(call, compensation, &args).await)
+                Some(Box::pin(self.compensate(call, compensation, &args)).await)
             }
             _ => None,
         };

@@ -395,7 +395,9 @@ async fn dispatch(State(mcp): State<Arc<Mcp>>, mut request: Request) -> Response
     let ended = (request.method() == Method::DELETE)
         .then(|| request.headers().get(SESSION_HEADER).cloned())
         .flatten();
-    let response = mcp.service.handle(request).await;
+    // Boxed: rmcp's handling is kilobytes, and this future, which every request builds and
+    // moves, would be as large for the calls that take the short way (corridor, "Sizes").
+    let response = Box::pin(mcp.service.handle(request)).await;
     if response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
         // rmcp says 415 for a body it cannot deserialize, but the Content-Type was checked in
         // front: what rmcp could not read is the message (an error response without a code, say).

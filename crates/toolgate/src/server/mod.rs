@@ -335,7 +335,10 @@ impl ServerHandler for GateServer {
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
         if request.task_id.starts_with(tasks::PREFIX) {
-            return self.get_approval_task(&request.task_id, &context).await;
+            // Boxed: it walks a corridor, and rmcp's `handle_request` is as large as its
+            // largest handler's future, which every request's handling copies (module
+            // `corridor`, "Sizes").
+            return Box::pin(self.get_approval_task(&request.task_id, &context)).await;
         }
         let (pass, gate) = self.task_pass(&context, &request.task_id)?;
         let caller = caller(&context, (None, None));
