@@ -17,7 +17,8 @@
 //! builds the callee's future and copies all of it into the caller's, whether or not the call
 //! takes the branch that needs the space. A store's future is about 9 KB (sqlx's), so every step
 //! that awaited one made every call copy it, several times over, up the chain to rmcp's request
-//! handling (about 150 KB of `memcpy` per call through the gateway). Where a step awaits a store
+//! handling (`memcpy` was a fifth of a gateway call's instructions under callgrind,
+//! docs/performance.md). Where a step awaits a store
 //! or a whole nested corridor (`verify.rs`) on a branch only some calls take, the awaited future
 //! is boxed: a call that takes the branch pays one allocation, the others copy a pointer.
 //!
