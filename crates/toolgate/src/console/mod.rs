@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
-use axum::middleware::{from_fn, from_fn_with_state, map_response};
+use axum::middleware::{from_fn_with_state, map_response};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -209,8 +209,7 @@ impl Console {
             .fallback(not_found)
             .with_state(shared)
             .layer(map_response(security_headers))
-            .layer(from_fn_with_state(door, layers::host_and_origin))
-            .layer(from_fn(layers::header_cap));
+            .layer(from_fn_with_state(door, layers::headers));
         if self.base.is_empty() {
             routes
         } else {

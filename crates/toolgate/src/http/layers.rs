@@ -1,13 +1,11 @@
-//! The front door of the MCP endpoint: one check per layer, each a plain `async fn` made into a
-//! tower layer by `axum::middleware::from_fn[_with_state]`, stacked by [`super::router`] in this
-//! order (the first listed sees the request first):
+//! The front door of the MCP endpoint: one check per function, run in this order by
+//! [`front_door`], the one layer [`super::router`] puts in front of the endpoint:
 //!
 //! 1. [`header_cap`]: headers larger than [`MAX_HEADER_BYTES`] → 431.
 //! 2. [`host_and_origin`]: exactly one `Host`, and one of ours (DNS rebinding); at most one
 //!    `Origin`, and an allowed one → 400 / 403.
 //! 3. [`no_token_in_query`]: OAuth 2.1 §5.1.1, a token never travels in the URL → 400.
-//! 4. [`body_cap`]: the body read within a size cap and a deadline → 413 / 408 / 400; the request
-//!    goes on with the bytes read.
+//! 4. [`body_cap`]: the body read within a size cap and a deadline → 413 / 408 / 400.
 //! 5. [`json_rpc`]: one JSON-RPC message with a single reading (`message.rs`) → 415 / 400; the
 //!    tool a `tools/call` names goes on as [`Called`].
 //! 6. [`bearer`] (with authentication): the token (`auth.rs`) → 401 / 429 / 400; the verified
@@ -15,14 +13,17 @@
 //! 7. [`scope`] (with authentication): the scope the called tool needs → 403 `insufficient_scope`,
 //!    audited.
 //!
-//! The metadata documents get the first two only.
+//! The probes, the metadata documents and the console get the first two only ([`headers`]).
 //!
-//! Each layer answers what it refuses and hands everything else on unchanged but for what it
-//! adds to the extensions, so each can be read, and tested with `tower::ServiceExt::oneshot`,
-//! on its own. Why this order: the header checks cost nothing but the headers already read; the
-//! body is bounded before anything parses it; the message is read before the token so that a 401
-//! can name the scope the call needs, and a body nobody could read costs no signature check; the
-//! scope needs both the message and the principal.
+//! Each check takes the request and either answers what it refuses or hands the request on
+//! unchanged but for what it adds to the extensions, so each can be read, and tested, on its
+//! own. They run in one layer rather than one layer each: every `from_fn` layer clones the
+//! service under it and boxes a future for every request, and the body was put back into a
+//! `Body` by one layer to be read out of it again by the next (docs/performance.md, "The front
+//! door in one layer"). Why this order: the header checks cost nothing but the headers already
+//! read; the body is bounded before anything parses it; the message is read before the token so
+//! that a 401 can name the scope the call needs, and a body nobody could read costs no signature
+//! check; the scope needs both the message and the principal.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -33,6 +34,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use http::request::Parts;
 use http::{HeaderMap, Method, StatusCode, header};
 use http_body_util::{BodyExt, Limited};
 use toolgate_core::principal::Principal;
@@ -47,6 +49,57 @@ use crate::GateServer;
 pub(super) const FAILURES_ALLOWED: u32 = 32;
 const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 
+/// What a check gives back: the request to hand on (or what it was made into), or the answer
+/// to a request it refused (boxed: refusals are rare, and every check's result would otherwise
+/// carry a whole `Response`).
+pub(crate) type Checked<T = Request> = Result<T, Box<Response>>;
+
+/// What the front door checks requests against.
+#[derive(Debug)]
+pub(super) struct Front {
+    pub(super) door: Arc<Door>,
+    pub(super) caps: Caps,
+    /// `None`: no authentication (the CLI allows that on loopback only).
+    pub(super) auth: Option<Arc<Auth>>,
+}
+
+/// The front door as one layer: every check, in the order above, then the endpoint.
+pub(super) async fn front_door(
+    State(front): State<Arc<Front>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match front.admit(request).await {
+        Ok(request) => next.run(request).await,
+        Err(refused) => *refused,
+    }
+}
+
+impl Front {
+    async fn admit(&self, request: Request) -> Checked {
+        let request = host_and_origin(&self.door, header_cap(request)?)?;
+        let (parts, body) = body_cap(self.caps, no_token_in_query(request)?).await?;
+        let request = json_rpc(parts, body)?;
+        match &self.auth {
+            Some(auth) => scope(auth, bearer(auth, request).await?).await,
+            None => Ok(request),
+        }
+    }
+}
+
+/// The header checks alone (1 and 2) as a layer, for what carries no message: the probes, the
+/// metadata documents, the console.
+pub(crate) async fn headers(
+    State(door): State<Arc<Door>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match header_cap(request).and_then(|request| host_and_origin(&door, request)) {
+        Ok(request) => next.run(request).await,
+        Err(refused) => *refused,
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 1. Header size
 
@@ -54,20 +107,20 @@ const FAILURE_WINDOW: Duration = Duration::from_secs(10);
 ///
 /// hyper bounds its read buffer, but headers that arrive in one read can pass it; the sum of
 /// names and values is what a client could make us hold and scan.
-pub(crate) async fn header_cap(request: Request, next: Next) -> Response {
+pub(crate) fn header_cap(request: Request) -> Checked {
     let size: usize = request
         .headers()
         .iter()
         .map(|(name, value)| name.as_str().len() + value.len())
         .sum();
     if size > MAX_HEADER_BYTES {
-        return challenge::rpc_error(
+        return Err(Box::new(challenge::rpc_error(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             INVALID_REQUEST,
             format!("request headers larger than {MAX_HEADER_BYTES} bytes"),
-        );
+        )));
     }
-    next.run(request).await
+    Ok(request)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -100,20 +153,16 @@ impl Door {
 /// A second `Host` or `Origin` is 400 before either is looked at (RFC 9112 §3.2 for `Host`): a
 /// check that reads the first and a reader further in that reads the last would otherwise judge
 /// two different requests.
-pub(crate) async fn host_and_origin(
-    State(door): State<Arc<Door>>,
-    request: Request,
-    next: Next,
-) -> Response {
+pub(crate) fn host_and_origin(door: &Door, request: Request) -> Checked {
     let headers = request.headers();
     for (name, what) in [(header::HOST, "Host"), (header::ORIGIN, "Origin")] {
         if headers.get_all(&name).iter().nth(1).is_some() {
             tracing::warn!(header = what, "request with the header twice refused");
-            return challenge::rpc_error(
+            return Err(Box::new(challenge::rpc_error(
                 StatusCode::BAD_REQUEST,
                 INVALID_REQUEST,
                 format!("more than one {what} header"),
-            );
+            )));
         }
     }
     let host = headers
@@ -123,24 +172,24 @@ pub(crate) async fn host_and_origin(
         .to_ascii_lowercase();
     if !host_allowed(&host, &door.hosts) {
         tracing::warn!(host = %host, "request with a Host that is not ours refused (DNS rebinding?)");
-        return challenge::rpc_error(
+        return Err(Box::new(challenge::rpc_error(
             StatusCode::FORBIDDEN,
             INVALID_REQUEST,
             "host not allowed".to_owned(),
-        );
+        )));
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let origin = origin.to_str().unwrap_or_default();
         if !origin_allowed(origin, &door.origins) {
             tracing::warn!(origin = %origin, "request from an Origin that is not allowed refused");
-            return challenge::rpc_error(
+            return Err(Box::new(challenge::rpc_error(
                 StatusCode::FORBIDDEN,
                 INVALID_REQUEST,
                 "origin not allowed".to_owned(),
-            );
+            )));
         }
     }
-    next.run(request).await
+    Ok(request)
 }
 
 /// `host` (`name` or `name:port`, lower-case) against entries that are a name (any port) or a
@@ -179,13 +228,15 @@ pub(crate) fn normal_origin(origin: &str) -> Option<String> {
 
 /// 400 for an `access_token` in the query string (OAuth 2.1 §5.1.1: it ends up in logs and
 /// histories), even beside a good header: the URL has leaked it already.
-pub(super) async fn no_token_in_query(request: Request, next: Next) -> Response {
+pub(super) fn no_token_in_query(request: Request) -> Checked {
     if request.uri().query().is_some_and(|query| {
         url::form_urlencoded::parse(query.as_bytes()).any(|(name, _)| name == "access_token")
     }) {
-        return challenge::invalid_request("send the token in the Authorization header");
+        return Err(Box::new(challenge::invalid_request(
+            "send the token in the Authorization header",
+        )));
     }
-    next.run(request).await
+    Ok(request)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -198,48 +249,42 @@ pub(super) struct Caps {
     pub(super) read_timeout: Duration,
 }
 
-/// Reads a POST's body up to `max_body` bytes within `read_timeout` (413 / 400 / 408), and puts
-/// the request back together with the bytes read; any other method's body is dropped unread
-/// (only a POST carries a message).
+/// Reads a POST's body up to `max_body` bytes within `read_timeout` (413 / 400 / 408), and hands
+/// on the request's head with the bytes read; any other method's body is dropped unread (only a
+/// POST carries a message).
 ///
 /// The body is read here, not streamed to rmcp, because the scope a call needs depends on the
 /// tool it names and the 403 must be an HTTP answer, so the message has to be looked at before
 /// it is dispatched. The cap makes that cheap to bound.
-pub(super) async fn body_cap(State(caps): State<Caps>, request: Request, next: Next) -> Response {
+pub(super) async fn body_cap(caps: Caps, request: Request) -> Checked<(Parts, Bytes)> {
     let (parts, body) = request.into_parts();
-    let bytes = if parts.method == Method::POST {
-        match read_capped(body, caps).await {
-            Ok(bytes) => bytes,
-            Err(refused) => return refused,
-        }
-    } else {
-        Bytes::new()
-    };
-    next.run(Request::from_parts(parts, Body::from(bytes)))
-        .await
+    if parts.method != Method::POST {
+        return Ok((parts, Bytes::new()));
+    }
+    Ok((parts, read_capped(body, caps).await?))
 }
 
-async fn read_capped(body: Body, caps: Caps) -> Result<Bytes, Response> {
+async fn read_capped(body: Body, caps: Caps) -> Checked<Bytes> {
     let limited = Limited::new(body, caps.max_body);
     match tokio::time::timeout(caps.read_timeout, limited.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(error)) if error.is::<http_body_util::LengthLimitError>() => {
-            Err(challenge::rpc_error(
+            Err(Box::new(challenge::rpc_error(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 INVALID_REQUEST,
                 format!("request body larger than {} bytes", caps.max_body),
-            ))
+            )))
         }
-        Ok(Err(_)) => Err(challenge::rpc_error(
+        Ok(Err(_)) => Err(Box::new(challenge::rpc_error(
             StatusCode::BAD_REQUEST,
             INVALID_REQUEST,
             "request body could not be read".to_owned(),
-        )),
-        Err(_) => Err(challenge::rpc_error(
+        ))),
+        Err(_) => Err(Box::new(challenge::rpc_error(
             StatusCode::REQUEST_TIMEOUT,
             INVALID_REQUEST,
             "request body not received in time".to_owned(),
-        )),
+        ))),
     }
 }
 
@@ -250,39 +295,32 @@ async fn read_capped(body: Body, caps: Caps) -> Result<Bytes, Response> {
 /// 400 with a JSON-RPC error (-32700 / -32600 / -32602, id null) for a body that is not one.
 /// What a `tools/call` names goes on as [`Called`].
 ///
-/// Runs after [`body_cap`], which has read the body within its caps, so reading it again here
-/// waits for nothing (the axum way of looking at a body in a middleware). The `Content-Type` is
-/// checked here, with rmcp's rule, rather than left to rmcp: a body this layer did not read must
-/// never be dispatched.
-pub(super) async fn json_rpc(request: Request, next: Next) -> Response {
-    if request.method() != Method::POST {
-        return next.run(request).await;
+/// Takes the head and the body [`body_cap`] read, and puts the request back together for what
+/// follows. The `Content-Type` is checked here, with rmcp's rule, rather than left to rmcp: a
+/// body this check did not read must never be dispatched.
+pub(super) fn json_rpc(mut parts: Parts, body: Bytes) -> Checked {
+    if parts.method != Method::POST {
+        return Ok(Request::from_parts(parts, Body::from(body)));
     }
-    if !json_content(request.headers()) {
-        return challenge::rpc_error(
+    if !json_content(&parts.headers) {
+        return Err(Box::new(challenge::rpc_error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             INVALID_REQUEST,
             "Content-Type must be application/json".to_owned(),
-        );
+        )));
     }
-    let (mut parts, body) = request.into_parts();
-    let Ok(collected) = body.collect().await else {
-        return challenge::rpc_error(
-            StatusCode::BAD_REQUEST,
-            INVALID_REQUEST,
-            "request body could not be read".to_owned(),
-        );
-    };
-    let bytes = collected.to_bytes();
-    match message::read(&bytes) {
+    match message::read(&body) {
         Ok(called) => {
             parts.extensions.insert(called);
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
+            Ok(Request::from_parts(parts, Body::from(body)))
         }
         Err(error) => {
             tracing::info!(error = %error, "a body that is no JSON-RPC message refused");
-            challenge::rpc_error(StatusCode::BAD_REQUEST, error.code(), error.to_string())
+            Err(Box::new(challenge::rpc_error(
+                StatusCode::BAD_REQUEST,
+                error.code(),
+                error.to_string(),
+            )))
         }
     }
 }
@@ -301,7 +339,7 @@ fn json_content(headers: &HeaderMap) -> bool {
 // ---------------------------------------------------------------------------------------------
 // 6 and 7. Token and scope
 
-/// What the token and scope layers share.
+/// What the token and scope checks share.
 pub(super) struct Auth {
     verifier: Arc<Verifier>,
     pub(super) metadata: Arc<Metadata>,
@@ -345,11 +383,7 @@ impl Auth {
 /// same), 429 for an address that failed too many checks, 400 for two `Authorization` headers.
 /// The verified [`Principal`] goes on in the extensions; the gate reads it from there, so
 /// approvals, budgets, rate limits and audit records are about the token's subject.
-pub(super) async fn bearer(
-    State(auth): State<Arc<Auth>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+pub(super) async fn bearer(auth: &Auth, mut request: Request) -> Checked {
     let needed = auth.needed(&request);
     let hint = needed.as_deref().unwrap_or(&auth.all_scopes);
     let headers = request.headers();
@@ -359,11 +393,17 @@ pub(super) async fn bearer(
         .nth(1)
         .is_some()
     {
-        return challenge::invalid_request("send one Authorization header");
+        return Err(Box::new(challenge::invalid_request(
+            "send one Authorization header",
+        )));
     }
     let Some(token) = bearer_token(headers) else {
         tracing::info!(method = %request.method(), "request without a bearer token refused");
-        return challenge::unauthorized(&auth.metadata, hint, false);
+        return Err(Box::new(challenge::unauthorized(
+            &auth.metadata,
+            hint,
+            false,
+        )));
     };
     let principal = match auth.verifier.recently_verified(token) {
         Some(principal) => principal,
@@ -372,7 +412,7 @@ pub(super) async fn bearer(
             // instead of being allowed to spend the server's CPU on invented tokens.
             let peer = request.extensions().get::<Peer>().map(|p| p.0.ip());
             if let Some(wait) = peer.and_then(|ip| auth.failures.wait(ip)) {
-                return challenge::too_many_failures(wait);
+                return Err(Box::new(challenge::too_many_failures(wait)));
             }
             match auth.verifier.verify(token).await {
                 Ok(principal) => principal,
@@ -381,13 +421,17 @@ pub(super) async fn bearer(
                         auth.failures.count(ip);
                     }
                     tracing::info!(reason = why.as_str(), "bearer token refused");
-                    return challenge::unauthorized(&auth.metadata, hint, true);
+                    return Err(Box::new(challenge::unauthorized(
+                        &auth.metadata,
+                        hint,
+                        true,
+                    )));
                 }
             }
         }
     };
     request.extensions_mut().insert(principal);
-    next.run(request).await
+    Ok(request)
 }
 
 /// The token of an `Authorization: Bearer …` header (scheme case-insensitive, RFC 6750 §2.1).
@@ -401,13 +445,17 @@ fn bearer_token(headers: &HeaderMap) -> Option<&str> {
 /// 403 `insufficient_scope` (step-up, naming only the scope this call needs) when the called
 /// tool needs a scope the principal lacks; the refusal is audited like any other denial. A tool
 /// hidden from everyone needs no scope here: it gets what an unknown tool gets, from the gate.
-pub(super) async fn scope(State(auth): State<Arc<Auth>>, request: Request, next: Next) -> Response {
+pub(super) async fn scope(auth: &Auth, request: Request) -> Checked {
     let Some(needed) = auth.needed(&request) else {
-        return next.run(request).await;
+        return Ok(request);
     };
     let Some(principal) = request.extensions().get::<Principal>() else {
-        // Only reachable if the token layer is not in front of this one: refuse, never skip.
-        return challenge::unauthorized(&auth.metadata, &needed, false);
+        // Only reachable if the token check did not run before this one: refuse, never skip.
+        return Err(Box::new(challenge::unauthorized(
+            &auth.metadata,
+            &needed,
+            false,
+        )));
     };
     if !principal.may(Some(&needed)) {
         let called = request.extensions().get::<Called>();
@@ -415,9 +463,12 @@ pub(super) async fn scope(State(auth): State<Arc<Auth>>, request: Request, next:
         auth.server
             .record_scope_refusal(principal, tool, called.and_then(|c| c.arguments.as_ref()))
             .await;
-        return challenge::insufficient_scope(&auth.metadata, &needed);
+        return Err(Box::new(challenge::insufficient_scope(
+            &auth.metadata,
+            &needed,
+        )));
     }
-    next.run(request).await
+    Ok(request)
 }
 
 /// Failed token checks per client address, in fixed windows.

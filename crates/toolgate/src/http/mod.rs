@@ -3,11 +3,11 @@
 //!
 //! rmcp's `StreamableHttpService` speaks the protocol (stateless 2026-07-28 requests with their
 //! `MCP-Protocol-Version` / `Mcp-Method` / `Mcp-Name` checks and -32020, legacy sessions for
-//! `initialize` clients). Everything in front of it is ours: a stack of tower layers
-//! (`layers.rs`), one check each, in this order for every request: header size (431) → one
-//! `Host`, ours, and at most one allowed `Origin` (DNS rebinding; 400 / 403) → no token in the
-//! query (400) → the body, read with a size cap and a deadline (413 / 408) → one JSON-RPC message
-//! with a single reading (415 / 400 with -32700 / -32600) → bearer token (`auth.rs`; 401 with a
+//! `initialize` clients). Everything in front of it is ours: one layer of checks (`layers.rs`),
+//! in this order for every request: header size (431) → one `Host`, ours, and at most one
+//! allowed `Origin` (DNS rebinding; 400 / 403) → no token in the query (400) → the body, read
+//! with a size cap and a deadline (413 / 408) → one JSON-RPC message with a single reading
+//! (415 / 400 with -32700 / -32600) → bearer token (`auth.rs`; 401 with a
 //! `WWW-Authenticate` challenge naming the RFC 9728 metadata) → the called tool's scope (403
 //! `insufficient_scope`, step-up) → `dispatch` to rmcp. The verified principal rides in the
 //! request's extensions; the gate reads it from there, so approvals, budgets, rate limits and
@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Request, State};
-use axum::middleware::{from_fn, from_fn_with_state};
+use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 use http::{Method, StatusCode, header};
@@ -48,7 +48,6 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::principal::Principal;
-use tower::ServiceBuilder;
 
 pub use auth::{AuthConfig, KeySource, Verifier};
 pub use error::ResourceError;
@@ -183,11 +182,15 @@ pub fn router(
     shutdown: CancellationToken,
 ) -> axum::Router {
     let door = Arc::new(layers::Door::new(&config));
-    let caps = layers::Caps {
-        max_body: config.max_body,
-        read_timeout: config.read_timeout,
-    };
     let auth = verifier.map(|verifier| Arc::new(layers::Auth::new(verifier, server.clone())));
+    let front = Arc::new(layers::Front {
+        door: Arc::clone(&door),
+        caps: layers::Caps {
+            max_body: config.max_body,
+            read_timeout: config.read_timeout,
+        },
+        auth: auth.clone(),
+    });
     let path = config.path.clone();
     let probes = Probes {
         server: server.clone(),
@@ -195,24 +198,8 @@ pub fn router(
     };
     let mcp = Arc::new(Mcp::new(server, config, shutdown));
 
-    // In request order: each layer sees the request before the ones below it.
-    let headers = ServiceBuilder::new()
-        .layer(from_fn(layers::header_cap))
-        .layer(from_fn_with_state(door, layers::host_and_origin));
-    let front_door = ServiceBuilder::new()
-        .layer(headers.clone())
-        .layer(from_fn(layers::no_token_in_query))
-        .layer(from_fn_with_state(caps, layers::body_cap))
-        .layer(from_fn(layers::json_rpc))
-        .option_layer(
-            auth.clone()
-                .map(|auth| from_fn_with_state(auth, layers::bearer)),
-        )
-        .option_layer(
-            auth.clone()
-                .map(|auth| from_fn_with_state(auth, layers::scope)),
-        );
-
+    let headers = from_fn_with_state(door, layers::headers);
+    let front_door = from_fn_with_state(front, layers::front_door);
     let mut app = axum::Router::new().route(&path, any(dispatch).with_state(mcp).layer(front_door));
     // Probes answer without a token (a load balancer has none), behind the Host and Origin check.
     // An MCP endpoint configured at one of their paths keeps it.

@@ -1,9 +1,9 @@
-//! The HTTP front door through `tower::ServiceExt::oneshot`: each layer on its own in front of a
-//! handler that only says it was reached, then the whole router, its order of checks and what
-//! the refused requests are told. Real tokens, signed with a key made here; a notes toolset of
-//! the seed's shape behind the gate (`Notes`, below: the built-in ledger lives in the demos crate,
-//! which a unit test of this crate cannot serve). The process-level table (a real socket, the helpdesk and docs toolsets) is in
-//! the CLI's integration tests.
+//! The HTTP front door through `tower::ServiceExt::oneshot`: each check on its own in front of a
+//! handler that only says it was reached ([`behind`]), then the whole router, its order of
+//! checks and what the refused requests are told. Real tokens, signed with a key made here; a
+//! notes toolset of the seed's shape behind the gate (`Notes`, below: the built-in ledger lives
+//! in the demos crate, which a unit test of this crate cannot serve). The process-level table (a
+//! real socket, the helpdesk and docs toolsets) is in the CLI's integration tests.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::middleware::{from_fn, from_fn_with_state};
+use axum::middleware::{Next, from_fn};
 use axum::response::{IntoResponse, Response};
 use axum::routing::any;
 use base64::Engine as _;
@@ -607,6 +607,25 @@ async fn reached(request: axum::extract::Request) -> Response {
 }
 
 /// Status and body (as JSON when it is JSON) of `request` sent through `app`.
+/// A router that answers with [`reached`] behind the one check `check`, as the front door runs it.
+fn behind<C, F>(check: C) -> axum::Router
+where
+    C: Fn(Request<Body>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = layers::Checked> + Send + 'static,
+{
+    axum::Router::new()
+        .route("/mcp", any(reached))
+        .layer(from_fn(move |request: Request<Body>, next: Next| {
+            let checked = check(request);
+            async move {
+                match checked.await {
+                    Ok(request) => next.run(request).await,
+                    Err(refused) => *refused,
+                }
+            }
+        }))
+}
+
 async fn answer(app: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
     let (status, _, body) = send(app, request).await;
     let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
@@ -630,9 +649,7 @@ fn assert_rpc_error(body: &Value, code: i64, what: &str) {
 
 #[tokio::test]
 async fn header_cap_refuses_more_than_32_kib_of_headers() {
-    let app = axum::Router::new()
-        .route("/mcp", any(reached))
-        .layer(from_fn(layers::header_cap));
+    let app = behind(|request| std::future::ready(layers::header_cap(request)));
     let with_filler = |size: usize| {
         Request::get("/mcp")
             .header("x-filler", "a".repeat(size))
@@ -650,12 +667,8 @@ async fn header_cap_refuses_more_than_32_kib_of_headers() {
 async fn host_and_origin_refuse_foreign_and_repeated_values_in_any_order() {
     let mut config = HttpConfig::new(RESOURCE).expect("config");
     config.allowed_origins = vec!["https://app.example.test".to_owned()];
-    let app = axum::Router::new()
-        .route("/mcp", any(reached))
-        .layer(from_fn_with_state(
-            Arc::new(Door::new(&config)),
-            layers::host_and_origin,
-        ));
+    let door = Arc::new(Door::new(&config));
+    let app = behind(move |request| std::future::ready(layers::host_and_origin(&door, request)));
     let ours = "127.0.0.1:7777";
     let app_origin = "https://app.example.test";
     type Headers<'a> = &'a [(&'a str, &'a str)];
@@ -730,9 +743,7 @@ async fn host_and_origin_refuse_foreign_and_repeated_values_in_any_order() {
 
 #[tokio::test]
 async fn a_token_in_the_query_string_is_refused_whatever_else_comes_with_it() {
-    let app = axum::Router::new()
-        .route("/mcp", any(reached))
-        .layer(from_fn(layers::no_token_in_query));
+    let app = behind(|request| std::future::ready(layers::no_token_in_query(request)));
     for uri in ["/mcp?access_token=abc", "/mcp?x=1&access_token="] {
         let request = Request::post(uri).body(Body::empty()).expect("request");
         let (status, challenge, body) = send(&app, request).await;
@@ -772,9 +783,10 @@ async fn body_cap_reads_a_post_within_its_size_and_time_and_hands_on_exactly_tho
         max_body: 16,
         read_timeout: Duration::from_millis(200),
     };
-    let app = axum::Router::new()
-        .route("/mcp", any(reached))
-        .layer(from_fn_with_state(caps, layers::body_cap));
+    let app = behind(move |request| async move {
+        let (parts, body) = layers::body_cap(caps, request).await?;
+        Ok(Request::from_parts(parts, Body::from(body)))
+    });
     let (status, body) = answer(&app, post("0123456789abcdef")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(body["body"], "0123456789abcdef");
@@ -812,9 +824,11 @@ fn nested(depth: usize) -> String {
 
 #[tokio::test]
 async fn json_rpc_lets_one_message_with_one_reading_through_and_refuses_the_rest_with_400() {
-    let app = axum::Router::new()
-        .route("/mcp", any(reached))
-        .layer(from_fn(layers::json_rpc));
+    let app = behind(|request: Request<Body>| async move {
+        let (parts, body) = request.into_parts();
+        let body = body.collect().await.expect("a test's body").to_bytes();
+        layers::json_rpc(parts, body)
+    });
     let meta = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}"#;
     let twice_in_meta = r#"{"name":"read_ledger","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/protocolVersion":"2025-11-25"}}"#.to_owned();
     let refused: Vec<(&str, Vec<u8>, i64)> =
@@ -1063,9 +1077,10 @@ async fn bearer_admits_a_good_token_and_refuses_every_other_with_the_same_401() 
         ..
     } = parts().await;
     let auth = Arc::new(Auth::new(verifier, server));
-    let app = axum::Router::new()
-        .route("/mcp", any(reached))
-        .layer(from_fn_with_state(auth, layers::bearer));
+    let app = behind(move |request| {
+        let auth = Arc::clone(&auth);
+        async move { layers::bearer(&auth, request).await }
+    });
     let request = |token: Option<&str>| {
         let mut request = post("{}");
         if let Some(token) = token {
@@ -1189,9 +1204,10 @@ async fn scope_refuses_a_tool_the_principal_may_not_call_and_audits_it() {
         ..
     } = parts().await;
     let auth = Arc::new(Auth::new(verifier, server));
-    let app = axum::Router::new()
-        .route("/mcp", any(reached))
-        .layer(from_fn_with_state(auth, layers::scope));
+    let app = behind(move |request| {
+        let auth = Arc::clone(&auth);
+        async move { layers::scope(&auth, request).await }
+    });
     let request = |tool: Option<&str>, scopes: Option<&[&str]>| {
         let mut request = post("{}");
         if let Some(tool) = tool {
