@@ -25,12 +25,12 @@
 # streamableHttp`, from scripts/install-peers); the client is examples/http_bench.rs, in its legacy
 # mode (the everything server speaks only the `initialize` revisions: one session per connection,
 # then tools/call `echo` in it). Configurations: the everything server called directly; behind
-# examples/http_relay.rs, the proxy's HTTP parts (axum in front, reqwest behind, one runtime)
-# relaying bytes with no gate: the floor under any proxy built of them; behind `toolgate proxy
-# --http 127.0.0.1:PORT --insecure-no-auth --upstream ev=URL --audit buffered`; the same with
-# `--audit synced`.
-# - At 1 connection (latency): one upstream, with the relay and every proxy in front of it, all
-#   started once; each of --rounds rounds is one `http_bench interleave` run, which calls the
+# examples/http_relay.rs, the proxy's HTTP parts (axum in front, hyper's client connections
+# behind, one runtime) relaying bytes with no gate: the floor under any proxy built of them;
+# behind `toolgate proxy --http 127.0.0.1:PORT --insecure-no-auth --upstream ev=URL --audit
+# buffered`; the same with `--audit synced`.
+# - At 1 connection (latency): one upstream; each of --rounds rounds starts the relay and every
+#   proxy in front of it afresh and is one `http_bench interleave` run, which calls the
 #   configurations one call at a time, ten calls to each in turn, in a new random order every
 #   cycle (--http-warmup seconds, default 2, then --http-seconds, default 5, counted per
 #   configuration).
@@ -362,25 +362,30 @@ http_run() {
     rm -rf "$dir"
 }
 
-# http_latency: the 1-connection figures. One everything server, and the relay and every proxy
-# configuration in front of it, each started once; every round is one `http_bench interleave` run
+# http_latency: the 1-connection figures. One everything server; in every round, the relay and
+# every proxy configuration started afresh in front of it, and one `http_bench interleave` run
 # over them all (one call at a time, ten calls to each configuration in turn, in a new random
-# order every cycle). Every configuration meets the same upstream at the same moments: the upstream's drift,
-# which between separate runs is larger than what a proxy adds, falls on all of them alike and
-# cancels out of the added latencies.
+# order every cycle). Every configuration meets the same upstream at the same moments: the
+# upstream's drift, which between separate runs is larger than what a proxy adds, falls on all of
+# them alike and cancels out of the added latencies. Fresh processes every round: two processes
+# of one binary, started side by side, can differ for as long as they live (by up to 0.035 ms of
+# added p50, docs/performance.md, "Futures that fit the common path"); the median over rounds is
+# then over several of each.
 http_latency() {
-    local dir=$tmp/http-latency up_pid upstream pid url config r line name targets=() fronts=()
+    local dir=$tmp/http-latency up_pid upstream pid url config r line name targets fronts
     http_upstream "$dir"
-    for config in "${configs[@]}"; do
-        if [[ $config == direct ]]; then
-            targets+=(--target "direct=$upstream")
-            continue
-        fi
-        http_front "$config" "$upstream" "$dir/$config"
-        fronts+=("$pid")
-        targets+=(--target "$config=$url" --pid "$config=$pid")
-    done
     for ((r = 1; r <= rounds; r++)); do
+        targets=() fronts=()
+        for config in "${configs[@]}"; do
+            if [[ $config == direct ]]; then
+                targets+=(--target "direct=$upstream")
+                continue
+            fi
+            rm -rf "$dir/$config"
+            http_front "$config" "$upstream" "$dir/$config"
+            fronts+=("$pid")
+            targets+=(--target "$config=$url" --pid "$config=$pid")
+        done
         log "== HTTP round $r/$rounds: echo, 1 connection, interleaved, ${http_warmup} s + $((http_seconds * n)) s (${configs[*]})"
         settle
         out=$("${pin[@]}" "$http_bench" interleave "${targets[@]}" --mode legacy --tool echo \
@@ -400,8 +405,8 @@ http_latency() {
             hpaired[$name]+=" $(field "$line" paired_added_p50_ms)"
             hcpu1[$name]+=" $(field "$line" cpu_us_per_call)"
         done <<<"$out"
+        for pid in "${fronts[@]}"; do stop "$pid"; done
     done
-    for pid in "${fronts[@]}"; do stop "$pid"; done
     stop "$up_pid"
 }
 
@@ -443,7 +448,7 @@ TOML
     echo "toolgate proxy over HTTP, $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, data on $fstype, CPUs busy before the first run $busy%"
     ((${#pin[@]} == 0)) || echo "every process on CPU 0 (--one-cpu)"
     echo "upstream: mcp-server-everything streamableHttp; client: http_bench, legacy sessions, echo; median of $rounds rounds"
-    echo "1 connection: one upstream and every configuration started once, called in turn, 10 calls each (http_bench interleave), ${http_warmup} s warm-up + $((http_seconds * n)) s counted per round"
+    echo "1 connection: one upstream, every other configuration started afresh each round, called in turn, 10 calls each (http_bench interleave), ${http_warmup} s warm-up + $((http_seconds * n)) s counted per round"
     echo "$inflight connections: a fresh upstream (and relay or proxy) per run, ${http_warmup} s warm-up + ${http_seconds} s counted"
     [[ -z ${TOOLGATE_BIN_B:-} ]] || echo "A: $toolgate; B: $TOOLGATE_BIN_B"
     echo

@@ -1,5 +1,7 @@
 //! The floor under `toolgate proxy --http`: an HTTP relay built from the proxy's own parts (axum
-//! and hyper in front, a pooled reqwest client behind, the proxy's runtime and allocator) that
+//! and hyper in front; behind, hyper's HTTP/1.1 client connections kept open in a list of idle
+//! ones, as the proxy's short way keeps them, `gateway/wire.rs`; the proxy's runtime and
+//! allocator) that
 //! passes every request to the upstream and streams its answer back, with nothing in between: no
 //! MCP, no policy, no audit. `bench/proxy.sh --http` runs it as the `relay` configuration, so
 //! that what the proxy adds splits into what two HTTP hops through such a process cost on the
@@ -9,19 +11,27 @@
 //! http_relay --listen 127.0.0.1:PORT --upstream http://127.0.0.1:UPORT
 //! ```
 //!
-//! The request's method, path, query, headers (but `Host`) and body go to the upstream; the
-//! answer's status, headers (but the hop-by-hop ones) and body come back, the body as it arrives,
-//! so that an SSE answer streams. It serves until killed; a request the upstream cannot take is
-//! answered 502.
+//! The request's method, path, query, headers (but the hop-by-hop ones; `Host` is the upstream's)
+//! and body go to the upstream; the answer's status, headers (but the hop-by-hop ones) and body
+//! come back, the body as it arrives, so that an SSE answer streams. A connection carries the
+//! next request once its answer has been read to the end. It serves until killed; a request the
+//! upstream cannot take is answered 502.
 
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
-use axum::http::{HeaderName, StatusCode, header};
+use axum::http::{HeaderName, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::serve::ListenerExt;
+use http_body_util::Full;
+use hyper::body::{Frame, Incoming};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
 
 /// Largest request body relayed (the proxy's own limit is smaller).
 const MAX_REQUEST: usize = 16 * 1024 * 1024;
@@ -39,10 +49,13 @@ const HOP_BY_HOP: [HeaderName; 5] = [
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-#[derive(Clone)]
+type Sender = SendRequest<Full<Bytes>>;
+
 struct Relay {
-    client: reqwest::Client,
-    upstream: String,
+    /// The upstream's `host:port`: where to connect, and its `Host`.
+    authority: HeaderValue,
+    /// Connections whose last answer was read to the end.
+    idle: Mutex<Vec<Sender>>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -59,8 +72,17 @@ fn main() -> std::process::ExitCode {
             }
         }
     }
+    let usage = "usage: http_relay --listen 127.0.0.1:PORT --upstream http://HOST:PORT";
     let (Some(listen), Some(upstream)) = (listen, upstream) else {
-        eprintln!("usage: http_relay --listen 127.0.0.1:PORT --upstream http://HOST:PORT");
+        eprintln!("{usage}");
+        return std::process::ExitCode::from(2);
+    };
+    let authority = upstream
+        .strip_prefix("http://")
+        .map(|rest| rest.trim_end_matches('/'))
+        .and_then(|authority| HeaderValue::from_str(authority).ok());
+    let Some(authority) = authority else {
+        eprintln!("http_relay: --upstream {upstream} is not http://HOST:PORT; {usage}");
         return std::process::ExitCode::from(2);
     };
     let Ok(listen) = listen.parse::<SocketAddr>() else {
@@ -84,7 +106,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(serve(listen, upstream.trim_end_matches('/').to_owned())) {
+    match runtime.block_on(serve(listen, authority)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("http_relay: {error}");
@@ -93,19 +115,12 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn serve(listen: SocketAddr, upstream: String) -> std::io::Result<()> {
-    // reqwest is built without a TLS provider of its own (the workspace picks ring); plain HTTP
-    // needs none, but the builder asks for one.
-    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    // As the gateway's upstream client (`gateway/upstream.rs`): idle connections kept, no Nagle.
-    let client = reqwest::Client::builder()
-        .tcp_nodelay(true)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(std::io::Error::other)?;
-    let app = Router::new()
-        .fallback(relay)
-        .with_state(Relay { client, upstream });
+async fn serve(listen: SocketAddr, authority: HeaderValue) -> std::io::Result<()> {
+    let relay = Arc::new(Relay {
+        authority,
+        idle: Mutex::default(),
+    });
+    let app = Router::new().fallback(relay_one).with_state(relay);
     // No Nagle on the answers either: a small answer waiting for the client's delayed ACK costs
     // tens of milliseconds.
     let listener = tokio::net::TcpListener::bind(listen).await?.tap_io(|tcp| {
@@ -114,34 +129,112 @@ async fn serve(listen: SocketAddr, upstream: String) -> std::io::Result<()> {
     axum::serve(listener, app).await
 }
 
-async fn relay(State(relay): State<Relay>, request: Request) -> Response {
+async fn relay_one(State(relay): State<Arc<Relay>>, request: Request) -> Response {
     let (parts, body) = request.into_parts();
     let Ok(body) = axum::body::to_bytes(body, MAX_REQUEST).await else {
         return StatusCode::PAYLOAD_TOO_LARGE.into_response();
     };
-    let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let mut headers = parts.headers;
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or_else(|| Uri::from_static("/"), |p| Uri::from(p.clone()));
+    let mut upstream = hyper::Request::new(Full::new(body));
+    *upstream.method_mut() = parts.method;
+    *upstream.uri_mut() = target;
+    *upstream.headers_mut() = parts.headers;
     for name in &HOP_BY_HOP {
-        headers.remove(name);
+        upstream.headers_mut().remove(name);
     }
-    let sent = relay
-        .client
-        .request(parts.method, format!("{}{path}", relay.upstream))
-        .headers(headers)
-        .body(body)
-        .send()
-        .await;
-    let answer = match sent {
-        Ok(answer) => answer,
+    upstream
+        .headers_mut()
+        .insert(header::HOST, relay.authority.clone());
+    let (answer, sender) = match relay.send(upstream).await {
+        Ok(sent) => sent,
         Err(error) => {
             eprintln!("http_relay: the upstream did not answer: {error}");
             return StatusCode::BAD_GATEWAY.into_response();
         }
     };
-    let status = answer.status();
-    let mut headers = answer.headers().clone();
+    let (mut parts, body) = answer.into_parts();
     for name in &HOP_BY_HOP {
-        headers.remove(name);
+        parts.headers.remove(name);
     }
-    (status, headers, Body::from_stream(answer.bytes_stream())).into_response()
+    let body = Returning {
+        body,
+        sender: Some(sender),
+        relay,
+    };
+    Response::from_parts(parts, Body::new(body))
+}
+
+impl Relay {
+    /// Sends `request` on an idle connection that takes it, else on a new one.
+    async fn send(
+        &self,
+        mut request: hyper::Request<Full<Bytes>>,
+    ) -> Result<(hyper::Response<Incoming>, Sender), String> {
+        while let Some(mut sender) = self.take_idle() {
+            if sender.ready().await.is_err() {
+                continue;
+            }
+            match sender.try_send_request(request).await {
+                Ok(answer) => return Ok((answer, sender)),
+                Err(mut error) => match error.take_message() {
+                    Some(unsent) => request = unsent,
+                    None => return Err(error.into_error().to_string()),
+                },
+            }
+        }
+        let address = self.authority.to_str().map_err(|e| e.to_string())?;
+        let stream = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|e| format!("connect to {address}: {e}"))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        let (mut sender, connection) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(connection);
+        let answer = sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((answer, sender))
+    }
+
+    fn take_idle(&self) -> Option<Sender> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.retain(|sender| !sender.is_closed());
+        idle.pop()
+    }
+}
+
+/// An answer's body on its way back; its connection goes back to the idle list once it has been
+/// read to the end (dropped before that, the connection closes with it).
+struct Returning {
+    body: Incoming,
+    sender: Option<Sender>,
+    relay: Arc<Relay>,
+}
+
+impl hyper::body::Body for Returning {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        if let Poll::Ready(None) = polled
+            && let Some(sender) = self.sender.take()
+        {
+            let mut idle = self
+                .relay
+                .idle
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            idle.push(sender);
+        }
+        polled
+    }
 }
