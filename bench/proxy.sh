@@ -388,6 +388,7 @@ http_latency() {
         done
         log "== HTTP round $r/$rounds: echo, 1 connection, interleaved, ${http_warmup} s + $((http_seconds * n)) s (${configs[*]})"
         settle
+        local -A radded=()
         out=$("${pin[@]}" "$http_bench" interleave "${targets[@]}" --mode legacy --tool echo \
             --args '{"message":"call {i}"}' --duration "$((http_seconds * n))" --warmup "$http_warmup" 2>"$dir/client.err")
         while read -r line; do
@@ -402,9 +403,15 @@ http_latency() {
             hp90[$name]+=" $(field "$line" p90_ms)"
             hp99[$name]+=" $(field "$line" p99_ms)"
             hadded[$name]+=" $(field "$line" added_p50_ms)"
+            radded[$name]=$(field "$line" added_p50_ms)
             hpaired[$name]+=" $(field "$line" paired_added_p50_ms)"
             hcpu1[$name]+=" $(field "$line" cpu_us_per_call)"
         done <<<"$out"
+        # The gate's own share: what each proxy adds above the relay in the same round.
+        for name in "${!radded[@]}"; do
+            [[ $name == direct || $name == relay ]] ||
+                habove[$name]+=" $(calc "${radded[$name]} - ${radded[relay]}" 3)"
+        done
         for pid in "${fronts[@]}"; do stop "$pid"; done
     done
     stop "$up_pid"
@@ -430,7 +437,7 @@ TOML
     local configs=(direct relay buffered synced) r config order n
     [[ -z ${TOOLGATE_BIN_B:-} ]] || configs+=(buffered-b synced-b)
     n=${#configs[@]}
-    declare -A hp50 hp90 hp99 hadded hpaired hcpu1 hrate hcpu
+    declare -A hp50 hp90 hp99 hadded hpaired habove hcpu1 hrate hcpu
     http_latency
     for ((r = 1; r <= rounds; r++)); do
         order=("${configs[@]:r % n}" "${configs[@]:0:r % n}")
@@ -452,8 +459,8 @@ TOML
     echo "$inflight connections: a fresh upstream (and relay or proxy) per run, ${http_warmup} s warm-up + ${http_seconds} s counted"
     [[ -z ${TOOLGATE_BIN_B:-} ]] || echo "A: $toolgate; B: $TOOLGATE_BIN_B"
     echo
-    echo "| Configuration | p50 / p90 / p99 (ms), 1 connection | Added p50 (ms) | Paired added (ms) | Target | Result | CPU µs/call, 1 conn. | Req/s, $inflight connections | Proxy / direct req/s | Target | Result | CPU µs/call, $inflight conn. |"
-    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+    echo "| Configuration | p50 / p90 / p99 (ms), 1 connection | Added p50 (ms) | Paired added (ms) | Above the relay (ms) | Target | Result | CPU µs/call, 1 conn. | Req/s, $inflight connections | Proxy / direct req/s | Target | Result | CPU µs/call, $inflight conn. |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
     d_rate=$(median "${hrate[direct]}")
     for config in "${configs[@]}"; do
         case "$config" in
@@ -464,25 +471,26 @@ TOML
         esac
         [[ $config == *-b ]] && name+=" (B)"
         [[ -z ${TOOLGATE_BIN_B:-} || $config == *-b || $config == direct || $config == relay ]] || name+=" (A)"
-        local rate ratio added paired cpu1 t50 v50 trate vrate
+        local rate ratio added paired above cpu1 t50 v50 trate vrate
         rate=$(median "${hrate[$config]}")
         ratio=$(calc "$rate / $d_rate")
-        added=- paired=- cpu1=- t50=- v50=- trate=- vrate=-
+        added=- paired=- above=- cpu1=- t50=- v50=- trate=- vrate=-
         if [[ $config != direct ]]; then
             added=$(median "${hadded[$config]}") paired=$(median "${hpaired[$config]}") cpu1=$(median "${hcpu1[$config]}")
         fi
+        [[ $config == direct || $config == relay ]] || above=$(median "${habove[$config]}")
         if [[ $target != - ]]; then
             t50="added p50 <= $target" trate=">= 0.80x"
             v50=$(awk "BEGIN { exit !($added <= $target) }" && echo met || echo "not met")
             vrate=$(awk "BEGIN { exit !($ratio >= 0.8) }" && echo met || echo "not met")
         fi
-        printf '| %s | %s / %s / %s | %s | %s | %s | %s | %s | %s | %sx | %s | %s | %s |\n' "$name" \
+        printf '| %s | %s / %s / %s | %s | %s | %s | %s | %s | %s | %s | %sx | %s | %s | %s |\n' "$name" \
             "$(median "${hp50[$config]}")" "$(median "${hp90[$config]}")" "$(median "${hp99[$config]}")" \
-            "$added" "$paired" "$t50" "$v50" "$cpu1" "$(calc "$rate" 0)" "$ratio" "$trate" "$vrate" \
+            "$added" "$paired" "$above" "$t50" "$v50" "$cpu1" "$(calc "$rate" 0)" "$ratio" "$trate" "$vrate" \
             "$(median "${hcpu[$config]}")"
     done
     echo
-    echo "Added p50: the median over rounds of each round's p50 minus the direct p50 of the same round. Paired added: the median over rounds of the median, over a round's cycles, of the configuration's median latency in the cycle minus direct's."
+    echo "Added p50: the median over rounds of each round's p50 minus the direct p50 of the same round. Paired added: the median over rounds of the median, over a round's cycles, of the configuration's median latency in the cycle minus direct's. Above the relay: the median over rounds of the proxy's added p50 minus the relay's in the same round (the gate's own share; the relay's is what two HTTP hops cost on the machine at the time)."
     echo "CPU µs/call: the CPU time of the relay or the proxy over the counted window, per call it answered (at $inflight connections: of the process the client talks to, the everything server for direct)."
 }
 
