@@ -402,8 +402,8 @@ http_latency() {
             hp50[$name]+=" $(field "$line" p50_ms)"
             hp90[$name]+=" $(field "$line" p90_ms)"
             hp99[$name]+=" $(field "$line" p99_ms)"
-            hadded[$name]+=" $(field "$line" added_p50_ms)"
             radded[$name]=$(field "$line" added_p50_ms)
+            hadded[$name]+=" ${radded[$name]}"
             hpaired[$name]+=" $(field "$line" paired_added_p50_ms)"
             hcpu1[$name]+=" $(field "$line" cpu_us_per_call)"
         done <<<"$out"

@@ -18,9 +18,9 @@
 //! takes the branch that needs the space. A store's future is about 9 KB (sqlx's), so every step
 //! that awaited one made every call copy it, several times over, up the chain to rmcp's request
 //! handling (`memcpy` was a fifth of a gateway call's instructions under callgrind,
-//! docs/performance.md). Where a step awaits a store
-//! or a whole nested corridor (`verify.rs`) on a branch only some calls take, the awaited future
-//! is boxed: a call that takes the branch pays one allocation, the others copy a pointer.
+//! docs/performance.md). Where a step awaits a store or a whole nested corridor (`verify.rs`) on
+//! a branch only some calls take, the awaited future is boxed: a call that takes the branch pays
+//! one allocation, the others copy a pointer.
 //!
 //! Files: `admit.rs` (kill switch to decide), `approval.rs`, `execute.rs` (claim, run, settle),
 //! `clean.rs`, `verify.rs`, `answer.rs` (answer → wire), `gate.rs` (policy, stores, switches),

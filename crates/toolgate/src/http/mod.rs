@@ -7,12 +7,12 @@
 //! in this order for every request: header size (431) → one `Host`, ours, and at most one
 //! allowed `Origin` (DNS rebinding; 400 / 403) → no token in the query (400) → the body, read
 //! with a size cap and a deadline (413 / 408) → one JSON-RPC message with a single reading
-//! (415 / 400 with -32700 / -32600) → bearer token (`auth.rs`; 401 with a
-//! `WWW-Authenticate` challenge naming the RFC 9728 metadata) → the called tool's scope (403
-//! `insufficient_scope`, step-up) → `dispatch` to rmcp. The verified principal rides in the
-//! request's extensions; the gate reads it from there, so approvals, budgets, rate limits and
-//! audit records are about the token's subject. Tokens never go further: the gateway's upstream
-//! connections carry their own credentials.
+//! (415 / 400 with -32700 / -32600) → bearer token (`auth.rs`; 401 with a `WWW-Authenticate`
+//! challenge naming the RFC 9728 metadata) → the called tool's scope (403 `insufficient_scope`,
+//! step-up) → `dispatch` to rmcp. The verified principal rides in the request's extensions; the
+//! gate reads it from there, so approvals, budgets, rate limits and audit records are about the
+//! token's subject. Tokens never go further: the gateway's upstream connections carry their own
+//! credentials.
 //!
 //! Beside the endpoint, behind the `Host` / `Origin` check only: `/healthz` (the process answers)
 //! and `/readyz` (the gate can decide a call now, [`crate::gate::Gate::readiness`]; 503 while

@@ -606,7 +606,6 @@ async fn reached(request: axum::extract::Request) -> Response {
     .into_response()
 }
 
-/// Status and body (as JSON when it is JSON) of `request` sent through `app`.
 /// A router that answers with [`reached`] behind the one check `check`, as the front door runs it.
 fn behind<C, F>(check: C) -> axum::Router
 where
@@ -626,6 +625,7 @@ where
         }))
 }
 
+/// Status and body (as JSON when it is JSON) of `request` sent through `app`.
 async fn answer(app: &axum::Router, request: Request<Body>) -> (StatusCode, Value) {
     let (status, _, body) = send(app, request).await;
     let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
