@@ -137,6 +137,49 @@ fn killed_after_everything_is_durable_but_before_the_answer_the_retry_replays() 
     assert_eq!(crash_at("journal.before_answer"), "replay");
 }
 
+/// The records for `tool` in the audit log, as `(decision, outcome)`.
+fn records_of(scratch: &Scratch, tool: &str) -> Vec<(String, String)> {
+    std::fs::read_to_string(scratch.audit())
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+        .filter(|r| r["name"] == tool)
+        .map(|r| {
+            let text = |key: &str| r[key].as_str().unwrap_or_default().to_owned();
+            (text("decision"), text("outcome"))
+        })
+        .collect()
+}
+
+/// A record without an effect (a refusal) is made durable in the sync ring, then appended to the
+/// log without a sync of its own. Killed between the two, as a power cut would leave the log, the
+/// restarted server puts the record back from the ring, and the chain verifies.
+#[test]
+fn killed_after_a_refusal_is_synced_in_the_ring_the_restart_puts_it_in_the_log() {
+    let scratch = Scratch::new();
+    let marker = scratch.path("reached");
+    let mut armed = scratch.serve(&[(
+        "FAILPOINTS",
+        format!("journal.after_ring_sync=return({})", marker.display()),
+    )]);
+    armed.send_call("rm_rf", json!({"path": "/tmp"}));
+    wait_for_marker(&marker);
+    armed.kill();
+    assert_eq!(records_of(&scratch, "rm_rf"), [], "not yet in the log");
+
+    let server = scratch.serve(&[]);
+    server.close();
+    let refusals = records_of(&scratch, "rm_rf");
+    assert_eq!(refusals.len(), 1, "{refusals:?}");
+    assert_eq!(refusals[0].0, "deny", "{refusals:?}");
+    let (code, report) = verify_json(&scratch.audit());
+    assert_eq!(
+        (code, report["intact"].as_bool()),
+        (0, Some(true)),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_torn_audit_tail_leaves_a_recovery_record_and_the_torn_bytes_beside_the_log() {
     let scratch = Scratch::new();

@@ -355,6 +355,16 @@ pub fn record_hash(prev: &str, body: &[u8]) -> String {
 /// Used at start to recover the head from the last line without reading the whole file.
 #[must_use]
 pub fn line_head(line: &[u8]) -> Option<String> {
+    line_link(line).map(|(_, sha256)| sha256)
+}
+
+/// The `prev_sha256` and `sha256` of one complete line, if it is a canonical record whose own hash
+/// matches its content: where the record joins a chain, and the head it leaves.
+///
+/// Used at start to tell which recovered copies of records continue the log.
+#[must_use]
+pub fn line_link(line: &[u8]) -> Option<(String, String)> {
     let checked = verify::check_line(line).ok()?;
-    (checked.computed == checked.claimed).then(|| verify::text(&checked.claimed))
+    (checked.computed == checked.claimed)
+        .then(|| (verify::text(&checked.prev), verify::text(&checked.claimed)))
 }

@@ -10,6 +10,9 @@ pub(crate) const TORN_WAL: &str = "journal.torn_wal";
 /// Effect frames synced (the effect is durable), audit lines not yet written: the seed's cut point,
 /// data written and synced but not yet published.
 pub(crate) const AFTER_WAL_SYNC: &str = "journal.after_wal_sync";
+/// A batch's audit lines synced in the ring (module `ring`), not yet appended to `audit.jsonl`:
+/// what a power cut leaves when the log's unsynced tail is lost.
+pub(crate) const AFTER_RING_SYNC: &str = "journal.after_ring_sync";
 /// Half of the audit lines written: a torn audit record.
 pub(crate) const TORN_AUDIT: &str = "journal.torn_audit";
 /// Everything durable, no caller told yet: the answer never leaves.

@@ -5,7 +5,9 @@
 //! - `ledger.wal`: the write-ahead log of effects, one line (a *frame*) per committed effect holding
 //!   the effect *and* its complete audit record. The name predates generic effects (the ledger
 //!   demo's notes were its only effects) and is kept so that existing data directories open as
-//!   they are; their note frames are read as effects (module `frame`, "Compatibility").
+//!   they are; their note frames are read as effects (module `frame`, "Compatibility");
+//! - `audit.ring`: copies of the latest synced audit records, in a file of a fixed size written
+//!   over and over (module `ring`); only [`Journal::open`] reads it, to recover.
 //!
 //! An effect ([`Effect`]) is an idempotency key and an opaque JSON body: the journal commits at most
 //! one body per key and never interprets it. What the body means, and the view built from the
@@ -14,12 +16,15 @@
 //! Commit protocol (storage-engine style, one sync per effect instead of the seed's three): an
 //! effect's frame is appended to `ledger.wal` and `fdatasync`ed, which makes the effect and its
 //! audit record durable together; the audit line is then appended to `audit.jsonl` without a sync of
-//! its own. Records that carry no effect (denials, reads, replays) are synced in `audit.jsonl`
-//! itself. Because the audit file is written in chain order and every synced record follows the
-//! lines before it, what a crash can take from `audit.jsonl` is only a suffix of effect records, and
-//! each of those is in the WAL: [`Journal::open`] re-appends them (their `prev_sha256` links onto
-//! the recovered head). The in-memory index of effects is derived from the WAL at start, and a frame
-//! whose audit record does not vouch for its effect stops start-up (module `frame`).
+//! its own. Records that carry no effect (denials, reads, replays) are synced in `audit.ring`
+//! (module `ring`): written at the next offset of a file of zeros of a fixed size and synced there,
+//! which flushes data only, where a sync after an append must also commit the file's new size; they
+//! are then appended to `audit.jsonl` without a sync, and `audit.jsonl` is synced before the ring
+//! wraps. So what a crash can take from `audit.jsonl` is only a suffix of records, and each of those
+//! is in the WAL or the ring: [`Journal::open`] re-appends those that continue the chain (their
+//! `prev_sha256` links onto the recovered head). The in-memory index of effects is derived from the
+//! WAL at start, and a frame whose audit record does not vouch for its effect stops start-up
+//! (module `frame`).
 //!
 //! Group commit: callers hand requests to the writer thread over a channel; it takes everything
 //! queued, writes each file once, syncs each file at most once, then answers every caller. An answer
@@ -42,6 +47,7 @@ mod crash;
 mod error;
 mod frame;
 mod open;
+mod ring;
 mod writer;
 
 #[cfg(test)]
@@ -72,6 +78,9 @@ pub fn crash_point(name: &str) {
 pub const AUDIT_FILE: &str = "audit.jsonl";
 /// File name of the write-ahead log of effects inside the data directory.
 pub const WAL_FILE: &str = "ledger.wal";
+/// File name of the sync ring inside the data directory: a fixed-size file where synced records
+/// are made durable before they are appended to the audit log (module header, "Commit protocol").
+pub const RING_FILE: &str = "audit.ring";
 
 /// One effect committed through the journal: the key naming it and the body describing it.
 ///
@@ -160,8 +169,8 @@ pub struct Recovery {
     /// Bytes of a torn last frame cut from `ledger.wal`; 0 if none. Such a frame was never
     /// synced, so its effect was never acknowledged.
     pub torn_wal_bytes: u64,
-    /// Audit records of committed effects that were missing from `audit.jsonl` and were restored,
-    /// byte for byte, from their WAL frames.
+    /// Audit records that were missing from `audit.jsonl` and were restored, byte for byte, from
+    /// their WAL frames (records of committed effects) or the sync ring (synced records).
     pub replayed: u64,
 }
 
@@ -259,7 +268,7 @@ impl Journal {
     /// # Errors
     /// As for [`Journal::open`].
     pub fn open_with(dir: &Path, durability: Durability) -> Result<(Self, Recovery), JournalError> {
-        let opened = open::open(dir)?;
+        let opened = open::open(dir, durability)?;
         let effects = Arc::new(RwLock::new(opened.effects));
         let head = Arc::new(RwLock::new(opened.chain.head().to_owned()));
         let counters = Arc::new(Counters::default());

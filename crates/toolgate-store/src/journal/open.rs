@@ -3,7 +3,8 @@
 //! What a crash can leave, and what is done about it:
 //! - a torn last line in `audit.jsonl` (no newline, or not JSON): moved to `audit.jsonl.torn-<ts>`,
 //!   and a `recover / torn_tail_moved_aside` record is appended so the chain verifies again;
-//! - audit lines of committed effects that never reached `audit.jsonl`: re-appended from the WAL;
+//! - audit lines of committed effects, or of synced records, that never reached `audit.jsonl`:
+//!   re-appended from the WAL or the sync ring (module `ring`), as far as they continue the chain;
 //! - a torn last frame in `ledger.wal` (not JSON, or no final newline): cut off (its sync never
 //!   finished, so it was never acknowledged and its audit line was never written).
 //!
@@ -22,8 +23,9 @@ use toolgate_core::audit::{self, Chain, Decision, Event, GENESIS, Outcome};
 use toolgate_core::canonical;
 
 use super::frame::{self, Bad};
+use super::ring::{self, Ring};
 use super::writer::Files;
-use super::{AUDIT_FILE, Index, JournalError, Recovery, WAL_FILE, now_ns};
+use super::{AUDIT_FILE, Durability, Index, JournalError, RING_FILE, Recovery, WAL_FILE, now_ns};
 
 pub(crate) struct Opened {
     pub(crate) files: Files,
@@ -32,7 +34,7 @@ pub(crate) struct Opened {
     pub(crate) recovery: Recovery,
 }
 
-pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
+pub(crate) fn open(dir: &Path, durability: Durability) -> Result<Opened, JournalError> {
     std::fs::create_dir_all(dir).map_err(JournalError::io("cannot create data directory", dir))?;
     let audit_path = dir.join(AUDIT_FILE);
     let wal_path = dir.join(WAL_FILE);
@@ -49,6 +51,10 @@ pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
         replay,
         good_len: wal_good_len,
     } = scan_wal(&wal_path, &head)?;
+    let ring_path = dir.join(RING_FILE);
+    // Copies of records by the head they follow: the ring's, then the WAL's over them.
+    let mut copies = ring::scan(&ring_path)?;
+    copies.extend(replay);
     let mut chain = Chain::new(head);
     if let Some((offset, bytes)) = &torn {
         let aside = dir.join(format!("{AUDIT_FILE}.torn-{}", now_ns()));
@@ -75,11 +81,8 @@ pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
         recovery.torn_wal_bytes = wal_len - wal_good_len;
     }
     let mut repaired = Vec::new();
-    for (prev, line) in replay {
-        // Only the chain's own continuation is restored; anything else is already in the file.
-        if prev != chain.head() {
-            continue;
-        }
+    // Only the chain's own continuation is restored; anything else is already in the file.
+    while let Some(line) = copies.remove(chain.head()) {
         let sha = audit::line_head(&line).unwrap_or_default();
         repaired.extend_from_slice(&line);
         repaired.push(b'\n');
@@ -110,12 +113,23 @@ pub(crate) fn open(dir: &Path) -> Result<Opened, JournalError> {
             .sync_all()
             .map_err(JournalError::io("cannot sync", &audit_path))?;
     }
+    let ring = match durability {
+        Durability::Synced => {
+            // The ring is overwritten from its start: what it held must be durable in the log.
+            audit
+                .sync_data()
+                .map_err(JournalError::io("cannot sync", &audit_path))?;
+            Some(Ring::open(&ring_path)?)
+        }
+        Durability::Buffered => None,
+    };
     Ok(Opened {
         files: Files {
             audit,
             audit_path,
             wal,
             wal_path,
+            ring,
         },
         chain,
         effects,

@@ -581,3 +581,157 @@ async fn a_callers_own_effect_fields_are_replaced_or_removed() {
     let (journal, _) = Journal::open(dir.path()).unwrap();
     assert_eq!(journal.effects().len(), 2);
 }
+
+/// Opens the journal again once the last one's writer thread let go of the log's lock (it does so
+/// after the last handle is dropped, on its own thread).
+fn reopen(dir: &Path, durability: Durability) -> (Journal, Recovery) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        match Journal::open_with(dir, durability) {
+            Err(JournalError::Locked { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            opened => return opened.unwrap(),
+        }
+    }
+}
+
+/// A denial, as the gate records one: a synced record without an effect.
+fn denial(id: &str) -> Event {
+    Event::tool_call(
+        id,
+        "rm_rf",
+        Decision::Deny,
+        Outcome::NotExecuted,
+        &json!({}),
+    )
+}
+
+/// The log's lines, each with its newline.
+fn log_lines(dir: &Path) -> Vec<Vec<u8>> {
+    fs::read(dir.join(AUDIT_FILE))
+        .unwrap()
+        .split_inclusive(|b| *b == b'\n')
+        .map(<[u8]>::to_vec)
+        .collect()
+}
+
+#[tokio::test]
+async fn synced_records_the_log_lost_come_back_from_the_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = {
+        let (journal, _) = Journal::open(dir.path()).unwrap();
+        for i in 0..4 {
+            journal.record(denial(&format!("req-{i}"))).await.unwrap();
+        }
+        fs::read(dir.path().join(AUDIT_FILE)).unwrap()
+    };
+    // Each record was synced in the ring, where a power cut cannot take it.
+    assert_eq!(ring::scan(&dir.path().join(RING_FILE)).unwrap().len(), 4);
+    // As after a power cut: the log's tail, never synced in the log itself, lost.
+    let lines = log_lines(dir.path());
+    fs::write(dir.path().join(AUDIT_FILE), &lines[0]).unwrap();
+
+    let (journal, recovery) = reopen(dir.path(), Durability::Synced);
+    assert_eq!(recovery.replayed, 3);
+    assert!(recovery.torn_audit.is_none());
+    assert_eq!(
+        fs::read(dir.path().join(AUDIT_FILE)).unwrap(),
+        before,
+        "every acknowledged record is back, byte for byte"
+    );
+    let report = verify(dir.path());
+    assert!(report.intact());
+    assert_eq!(report.head, journal.head());
+}
+
+#[tokio::test]
+async fn the_ring_wraps_only_after_the_log_is_synced_and_keeps_its_size() {
+    // A ring that holds two and a half records of this size: it wraps every second record.
+    let line = {
+        let scratch = tempfile::tempdir().unwrap();
+        let (journal, _) = Journal::open(scratch.path()).unwrap();
+        journal.record(denial("req-0")).await.unwrap();
+        log_lines(scratch.path())[0].len()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ring_path = dir.path().join(RING_FILE);
+    fs::write(&ring_path, vec![0; line * 5 / 2]).unwrap();
+    let (journal, _) = Journal::open(dir.path()).unwrap();
+    for i in 0..9 {
+        journal.record(denial(&format!("req-{i}"))).await.unwrap();
+    }
+    // Nine records, one sync each, and one sync of the log before each of the four wraps.
+    assert_eq!(journal.stats().syncs, 9 + 4);
+    drop(journal);
+    assert_eq!(
+        fs::metadata(&ring_path).unwrap().len(),
+        (line * 5 / 2) as u64
+    );
+    // The ring holds the last record whole and the one before it, or what a wrap left of it.
+    let copies = ring::scan(&ring_path).unwrap();
+    assert!(!copies.is_empty() && copies.len() <= 2, "{}", copies.len());
+
+    let before = fs::read(dir.path().join(AUDIT_FILE)).unwrap();
+    let lines = log_lines(dir.path());
+    fs::write(dir.path().join(AUDIT_FILE), lines[..8].concat()).unwrap();
+    let (journal, recovery) = reopen(dir.path(), Durability::Synced);
+    assert_eq!(recovery.replayed, 1);
+    assert_eq!(fs::read(dir.path().join(AUDIT_FILE)).unwrap(), before);
+    assert!(verify(dir.path()).intact());
+    assert_eq!(verify(dir.path()).head, journal.head());
+}
+
+#[tokio::test]
+async fn a_damaged_or_forged_ring_is_ignored_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let head = {
+        let (journal, _) = Journal::open(dir.path()).unwrap();
+        for i in 0..3 {
+            journal.record(denial(&format!("req-{i}"))).await.unwrap();
+        }
+        journal.head()
+    };
+    let before = fs::read(dir.path().join(AUDIT_FILE)).unwrap();
+    // A record that claims to continue the log but was changed after it was hashed, a torn
+    // record, and bytes that are no record, where the ring's copies were.
+    let last = String::from_utf8(log_lines(dir.path())[2].clone()).unwrap();
+    let prev = serde_json::from_str::<serde_json::Value>(&last).unwrap()["prev_sha256"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let forged = last.replace(&prev, &head);
+    let mut ring = forged.into_bytes();
+    ring.extend_from_slice(&before[..before.len() / 3]);
+    ring.extend_from_slice(b"\n\xff\xfe not a record {\"sha256\":1}\n");
+    ring.resize(ring::RING_BYTES as usize, 0);
+    fs::write(dir.path().join(RING_FILE), &ring).unwrap();
+
+    let (journal, recovery) = reopen(dir.path(), Durability::Synced);
+    assert_eq!(recovery, Recovery::default());
+    assert_eq!(fs::read(dir.path().join(AUDIT_FILE)).unwrap(), before);
+    assert_eq!(journal.head(), head);
+}
+
+#[tokio::test]
+async fn a_buffered_journal_has_no_ring_and_still_recovers_from_one() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (journal, _) = Journal::open_with(dir.path(), Durability::Buffered).unwrap();
+        journal.record(denial("req-0")).await.unwrap();
+        assert_eq!(journal.stats().syncs, 0);
+    }
+    assert!(!dir.path().join(RING_FILE).exists());
+
+    // A synced server's ring, read by the buffered server that follows it.
+    let before = {
+        let (journal, _) = reopen(dir.path(), Durability::Synced);
+        journal.record(denial("req-1")).await.unwrap();
+        fs::read(dir.path().join(AUDIT_FILE)).unwrap()
+    };
+    let lines = log_lines(dir.path());
+    fs::write(dir.path().join(AUDIT_FILE), &lines[0]).unwrap();
+    let (_, recovery) = reopen(dir.path(), Durability::Buffered);
+    assert_eq!(recovery.replayed, 1);
+    assert_eq!(fs::read(dir.path().join(AUDIT_FILE)).unwrap(), before);
+}

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, RwLock, mpsc};
 
 use toolgate_core::audit::Chain;
 
+use super::ring::Ring;
 use super::{
     Counters, Effect, EffectOutcome, Index, JournalError, Receipt, Request, crash, effect_audit,
     frame, now_ns,
@@ -26,6 +27,8 @@ pub(crate) struct Files {
     pub(crate) audit_path: PathBuf,
     pub(crate) wal: File,
     pub(crate) wal_path: PathBuf,
+    /// Where synced records are made durable (module `ring`); `None` for a buffered journal.
+    pub(crate) ring: Option<Ring>,
 }
 
 pub(crate) struct Writer {
@@ -261,6 +264,7 @@ impl Writer {
             audit_path,
             wal: wal_file,
             wal_path,
+            ring,
         } = &mut self.files;
         crash::point(crash::BEFORE_APPEND, || {});
         if !wal.is_empty() {
@@ -276,19 +280,41 @@ impl Writer {
             self.counters.syncs.fetch_add(1, Ordering::Relaxed);
             crash::point(crash::AFTER_WAL_SYNC, || {});
         }
-        if !audit.is_empty() {
-            crash::point(crash::TORN_AUDIT, || {
-                let _ = audit_file.write_all(&audit[..audit.len() / 2]);
-            });
-            audit_file
-                .write_all(audit)
-                .map_err(JournalError::io("cannot append to", audit_path))?;
-            if audit_needs_sync && self.sync_audit {
-                crash::io_error(crash::AUDIT_SYNC_FAILS)
-                    .and_then(|()| audit_file.sync_data())
+        if audit.is_empty() {
+            return Ok(());
+        }
+        let needs_sync = audit_needs_sync && self.sync_audit;
+        // Synced in the ring when it can hold the batch, else in the log itself (module `ring`).
+        let ring = ring
+            .as_mut()
+            .filter(|ring| needs_sync && ring.holds(audit.len()));
+        let in_ring = ring.is_some();
+        if let Some(ring) = ring {
+            if !ring.fits(audit.len()) {
+                // What the ring is about to overwrite must be durable in the log first.
+                audit_file
+                    .sync_data()
                     .map_err(JournalError::io("cannot sync", audit_path))?;
                 self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+                ring.wrap();
             }
+            crash::io_error(crash::AUDIT_SYNC_FAILS)
+                .and_then(|()| ring.put(audit))
+                .map_err(JournalError::io("cannot sync", &ring.path))?;
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
+            crash::point(crash::AFTER_RING_SYNC, || {});
+        }
+        crash::point(crash::TORN_AUDIT, || {
+            let _ = audit_file.write_all(&audit[..audit.len() / 2]);
+        });
+        audit_file
+            .write_all(audit)
+            .map_err(JournalError::io("cannot append to", audit_path))?;
+        if needs_sync && !in_ring {
+            crash::io_error(crash::AUDIT_SYNC_FAILS)
+                .and_then(|()| audit_file.sync_data())
+                .map_err(JournalError::io("cannot sync", audit_path))?;
+            self.counters.syncs.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
