@@ -17,7 +17,8 @@
 # Then `write_record` sequentially: direct, proxy synced with the tool at tier medium and
 # idempotency_key = "id" (budget charge and idempotency claim in SQLite on the path), and proxy
 # synced with the tool at tier low without a key (the same call with the audit only). Last, a bare
-# append + fdatasync loop (examples/stdio_load.rs) with records of the audit's size, on the same disk.
+# append + fdatasync loop (examples/stdio_load.rs) with records of the audit's size, on the same disk,
+# and in turns with it the same records written over a file of zeros and synced (the sync ring's way).
 # --one-cpu        run every process on CPU 0 (taskset): no wake-up crosses CPUs, so what is left of
 #                  the added latency is work, not waiting for an idle CPU to wake (a diagnostic).
 #
@@ -182,7 +183,7 @@ run() {
 # The stdio section: testbed_upstream as a child, proxy_bench on its pipes.
 stdio_section() {
     configs=(direct buffered synced)
-    fsync_p50="" fsync_p99=""
+    fsync_p50="" fsync_p99="" ring_p50="" ring_p99=""
     declare -A p50 p99 rate
     add() { # add KEY JSON: appends this run's figures to the lists under KEY
         p50[$1]+=" $(field "$2" p50_us)"
@@ -215,6 +216,7 @@ stdio_section() {
         out=$("${pin[@]}" "$load" --fsync-loop "$seq_calls" --dir "$tmp" --record-bytes "$(cat "$tmp/record-bytes" 2>/dev/null || echo 540)")
         log "   fsync loop $out"
         fsync_p50+=" $(field "$out" p50_ms)" fsync_p99+=" $(field "$out" p99_ms)"
+        ring_p50+=" $(field "$out" overwrite_p50_ms)" ring_p99+=" $(field "$out" overwrite_p99_ms)"
     done
 
     med() { local -n list=$1; median "${list[$2]}"; }
@@ -258,7 +260,7 @@ stdio_section() {
     row "write_record (low, no key), proxy synced" 1 "write/direct" "write/synced-low" - -
 
     echo
-    echo "bare append + fdatasync loop, $(cat "$tmp/record-bytes" 2>/dev/null || echo 540)-byte records, same disk: p50 $(median "$fsync_p50") ms, p99 $(median "$fsync_p99") ms"
+    echo "bare append + fdatasync loop, $(cat "$tmp/record-bytes" 2>/dev/null || echo 540)-byte records, same disk: p50 $(median "$fsync_p50") ms, p99 $(median "$fsync_p99") ms; written over zeros + fdatasync (the sync ring's way), in turns with it: p50 $(median "$ring_p50") ms, p99 $(median "$ring_p99") ms"
 
     echo
     for k in 1 "$inflight"; do

@@ -47,7 +47,8 @@ struct Args {
     /// Prefix of every request_id (ids are `<prefix>-<i>`, `i` zero-padded to 8 digits).
     #[arg(long, default_value = "load")]
     prefix: String,
-    /// Instead of a server: append and `fdatasync` this many records to a new file in `--dir`.
+    /// Instead of a server: append and `fdatasync` this many records to a new file in `--dir`, and
+    /// as many written over a file of zeros (the journal's sync ring) and synced, in turns.
     #[arg(long, value_name = "N", requires = "dir")]
     fsync_loop: Option<usize>,
     /// Directory for `--fsync-loop`.
@@ -226,9 +227,17 @@ fn echo() -> anyhow::Result<()> {
 }
 
 /// The floor any durable append-only log pays per record when nothing is shared: one write and one
-/// `fdatasync` on a file that grows, as toolgate's WAL does for a lone call.
+/// `fdatasync` on a file that grows, as toolgate's WAL does for a lone call. Beside it, in turns of
+/// 100 records, the same records written over a file of zeros and synced, as the journal's sync
+/// ring (`audit.ring`) takes them: the data only, no new file size to commit. Each is timed per
+/// record and charged the thread's CPU time (`/proc/thread-self/schedstat`).
 fn fsync_loop(n: usize, dir: &Path, record_bytes: usize) -> anyhow::Result<()> {
-    let path = dir.join(format!("fsync-loop-{}.dat", std::process::id()));
+    use std::os::unix::fs::FileExt;
+
+    const TURN: usize = 100;
+    let id = std::process::id();
+    let path = dir.join(format!("fsync-loop-{id}.dat"));
+    let ring_path = dir.join(format!("fsync-loop-{id}.ring"));
     let mut file = OpenOptions::new()
         .append(true)
         .create_new(true)
@@ -236,25 +245,70 @@ fn fsync_loop(n: usize, dir: &Path, record_bytes: usize) -> anyhow::Result<()> {
         .with_context(|| format!("cannot create {}", path.display()))?;
     let mut record = vec![b'x'; record_bytes];
     record.push(b'\n');
-    let mut latencies = Vec::with_capacity(n);
+    let ring = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&ring_path)
+        .with_context(|| format!("cannot create {}", ring_path.display()))?;
+    ring.write_all_at(&vec![0; n * record.len()], 0)?;
+    ring.sync_all()?;
+
+    let mut appends = Vec::with_capacity(n);
+    let mut overwrites = Vec::with_capacity(n);
+    let (mut append_cpu_ns, mut overwrite_cpu_ns) = (0_u64, 0_u64);
     let start = Instant::now();
-    for _ in 0..n {
-        let before = elapsed_ns(start);
-        file.write_all(&record)?;
-        file.sync_data()?;
-        latencies.push(elapsed_ns(start) - before);
+    let mut at = 0_u64;
+    for turn in 0..n.div_ceil(TURN) {
+        let count = TURN.min(n - turn * TURN);
+        let cpu = thread_cpu_ns()?;
+        for _ in 0..count {
+            let before = elapsed_ns(start);
+            file.write_all(&record)?;
+            file.sync_data()?;
+            appends.push(elapsed_ns(start) - before);
+        }
+        let between = thread_cpu_ns()?;
+        append_cpu_ns += between - cpu;
+        for _ in 0..count {
+            let before = elapsed_ns(start);
+            ring.write_all_at(&record, at)?;
+            ring.sync_data()?;
+            overwrites.push(elapsed_ns(start) - before);
+            at += record.len() as u64;
+        }
+        overwrite_cpu_ns += thread_cpu_ns()? - between;
     }
     let seconds = start.elapsed().as_secs_f64();
-    drop(file);
+    drop((file, ring));
     std::fs::remove_file(&path)?;
-    latencies.sort_unstable();
+    std::fs::remove_file(&ring_path)?;
+    // The appends' own rate, as before the overwrites took turns with them.
+    let append_seconds = appends.iter().sum::<u64>() as f64 / 1e9;
+    appends.sort_unstable();
+    overwrites.sort_unstable();
+    let per_record_us = |ns: u64| round3(ns as f64 / n as f64 / 1e3);
     print_line(&json!({
         "fsync_loop": n,
         "seconds": round3(seconds),
-        "per_s": round3(n as f64 / seconds),
-        "p50_ms": round3(percentile(&latencies, 0.50) / 1e6),
-        "p99_ms": round3(percentile(&latencies, 0.99) / 1e6),
+        "per_s": round3(n as f64 / append_seconds),
+        "p50_ms": round3(percentile(&appends, 0.50) / 1e6),
+        "p99_ms": round3(percentile(&appends, 0.99) / 1e6),
+        "cpu_us": per_record_us(append_cpu_ns),
+        "overwrite_p50_ms": round3(percentile(&overwrites, 0.50) / 1e6),
+        "overwrite_p99_ms": round3(percentile(&overwrites, 0.99) / 1e6),
+        "overwrite_cpu_us": per_record_us(overwrite_cpu_ns),
     }))
+}
+
+/// CPU time this thread has run, in nanoseconds (the first field of its schedstat).
+fn thread_cpu_ns() -> anyhow::Result<u64> {
+    let text = std::fs::read_to_string("/proc/thread-self/schedstat")
+        .context("cannot read /proc/thread-self/schedstat")?;
+    text.split_whitespace()
+        .next()
+        .and_then(|ns| ns.parse().ok())
+        .context("unexpected /proc/thread-self/schedstat")
 }
 
 /// A chain as `toolgate serve` would have written it for `n` committed notes, sealed by the same
