@@ -140,7 +140,7 @@ pub struct Receipt {
 pub struct Stats {
     /// Audit records committed (effects' records included).
     pub records: u64,
-    /// `fdatasync` calls on either file.
+    /// `fdatasync` calls on the journal's files (the WAL, the sync ring, the audit log).
     pub syncs: u64,
     /// Batches committed (one write per file each).
     pub batches: u64,
