@@ -31,13 +31,33 @@ fn notes(scratch: &Scratch) -> Vec<Value> {
         .expect("notes")
 }
 
-fn committed_records(scratch: &Scratch, request_id: &str) -> usize {
+/// Every record of the audit log, in order.
+fn audit_records(scratch: &Scratch) -> Vec<Value> {
     std::fs::read_to_string(scratch.audit())
         .expect("audit")
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+        .collect()
+}
+
+fn committed_records(scratch: &Scratch, request_id: &str) -> usize {
+    audit_records(scratch)
+        .iter()
         .filter(|r| r["request_id"] == request_id && r["outcome"] == "committed")
         .count()
+}
+
+/// Starts `toolgate serve` with crash point `point` armed, sends it a call of `tool`, and kills it
+/// once the call reached the point.
+fn kill_at(scratch: &Scratch, point: &str, tool: &str, args: Value) {
+    let marker = scratch.path("reached");
+    let mut armed = scratch.serve(&[(
+        "FAILPOINTS",
+        format!("{point}=return({})", marker.display()),
+    )]);
+    armed.send_call(tool, args);
+    wait_for_marker(&marker);
+    armed.kill();
 }
 
 /// Runs the crash scenario at `point`; returns the retry's status.
@@ -59,15 +79,8 @@ fn crash_at(point: &str) -> String {
     server.close();
     let acknowledged = std::fs::read(scratch.audit()).expect("audit");
 
-    let marker = scratch.path("reached");
-    let mut armed = scratch.serve(&[(
-        "FAILPOINTS",
-        format!("{point}=return({})", marker.display()),
-    )]);
     let call = json!({"request_id": "req-crash-0001", "text": "exactly once"});
-    armed.send_call("write_note", call.clone());
-    wait_for_marker(&marker);
-    armed.kill();
+    kill_at(&scratch, point, "write_note", call.clone());
 
     let mut server = scratch.serve(&[]);
     let retry = server.call("write_note", call.clone());
@@ -137,17 +150,12 @@ fn killed_after_everything_is_durable_but_before_the_answer_the_retry_replays() 
     assert_eq!(crash_at("journal.before_answer"), "replay");
 }
 
-/// The records for `tool` in the audit log, as `(decision, outcome)`.
-fn records_of(scratch: &Scratch, tool: &str) -> Vec<(String, String)> {
-    std::fs::read_to_string(scratch.audit())
-        .unwrap_or_default()
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).expect("record"))
+/// The decisions of the records for `tool` in the audit log.
+fn decisions_for(scratch: &Scratch, tool: &str) -> Vec<String> {
+    audit_records(scratch)
+        .iter()
         .filter(|r| r["name"] == tool)
-        .map(|r| {
-            let text = |key: &str| r[key].as_str().unwrap_or_default().to_owned();
-            (text("decision"), text("outcome"))
-        })
+        .map(|r| r["decision"].as_str().unwrap_or_default().to_owned())
         .collect()
 }
 
@@ -157,21 +165,20 @@ fn records_of(scratch: &Scratch, tool: &str) -> Vec<(String, String)> {
 #[test]
 fn killed_after_a_refusal_is_synced_in_the_ring_the_restart_puts_it_in_the_log() {
     let scratch = Scratch::new();
-    let marker = scratch.path("reached");
-    let mut armed = scratch.serve(&[(
-        "FAILPOINTS",
-        format!("journal.after_ring_sync=return({})", marker.display()),
-    )]);
-    armed.send_call("rm_rf", json!({"path": "/tmp"}));
-    wait_for_marker(&marker);
-    armed.kill();
-    assert_eq!(records_of(&scratch, "rm_rf"), [], "not yet in the log");
+    kill_at(
+        &scratch,
+        "journal.after_ring_sync",
+        "rm_rf",
+        json!({"path": "/tmp"}),
+    );
+    assert!(
+        decisions_for(&scratch, "rm_rf").is_empty(),
+        "not yet in the log"
+    );
 
     let server = scratch.serve(&[]);
     server.close();
-    let refusals = records_of(&scratch, "rm_rf");
-    assert_eq!(refusals.len(), 1, "{refusals:?}");
-    assert_eq!(refusals[0].0, "deny", "{refusals:?}");
+    assert_eq!(decisions_for(&scratch, "rm_rf"), ["deny"]);
     let (code, report) = verify_json(&scratch.audit());
     assert_eq!(
         (code, report["intact"].as_bool()),
@@ -183,24 +190,15 @@ fn killed_after_a_refusal_is_synced_in_the_ring_the_restart_puts_it_in_the_log()
 #[test]
 fn a_torn_audit_tail_leaves_a_recovery_record_and_the_torn_bytes_beside_the_log() {
     let scratch = Scratch::new();
-    let marker = scratch.path("reached");
-    let mut armed = scratch.serve(&[(
-        "FAILPOINTS",
-        format!("journal.torn_audit=return({})", marker.display()),
-    )]);
-    armed.send_call(
+    kill_at(
+        &scratch,
+        "journal.torn_audit",
         "write_note",
         json!({"request_id": "req-torn-001", "text": "t"}),
     );
-    wait_for_marker(&marker);
-    armed.kill();
     let server = scratch.serve(&[]);
     server.close();
-    let records: Vec<Value> = std::fs::read_to_string(scratch.audit())
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let records = audit_records(&scratch);
     let outcomes: Vec<&str> = records
         .iter()
         .map(|r| r["outcome"].as_str().unwrap())

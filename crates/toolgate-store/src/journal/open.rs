@@ -161,7 +161,7 @@ fn open_locked(path: &Path) -> Result<File, JournalError> {
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<(), JournalError> {
+pub(super) fn sync_dir(dir: &Path) -> Result<(), JournalError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(JournalError::io("cannot sync directory", dir))

@@ -105,10 +105,7 @@ fn create(path: &Path) -> Result<(), JournalError> {
         std::fs::rename(&fresh, path)
     };
     write().map_err(JournalError::io("cannot create", path))?;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(JournalError::io("cannot sync directory", dir))
+    super::open::sync_dir(path.parent().unwrap_or(Path::new(".")))
 }
 
 /// Every intact record in the ring at `path`, by its `prev_sha256`: lines whose own `sha256`

@@ -607,6 +607,13 @@ fn denial(id: &str) -> Event {
     )
 }
 
+/// Records `n` denials, `req-0` to `req-{n-1}`, one call after another.
+async fn record_denials(journal: &Journal, n: usize) {
+    for i in 0..n {
+        journal.record(denial(&format!("req-{i}"))).await.unwrap();
+    }
+}
+
 /// The log's lines, each with its newline.
 fn log_lines(dir: &Path) -> Vec<Vec<u8>> {
     fs::read(dir.join(AUDIT_FILE))
@@ -621,9 +628,7 @@ async fn synced_records_the_log_lost_come_back_from_the_ring() {
     let dir = tempfile::tempdir().unwrap();
     let before = {
         let (journal, _) = Journal::open(dir.path()).unwrap();
-        for i in 0..4 {
-            journal.record(denial(&format!("req-{i}"))).await.unwrap();
-        }
+        record_denials(&journal, 4).await;
         fs::read(dir.path().join(AUDIT_FILE)).unwrap()
     };
     // Each record was synced in the ring, where a power cut cannot take it.
@@ -658,9 +663,7 @@ async fn the_ring_wraps_only_after_the_log_is_synced_and_keeps_its_size() {
     let ring_path = dir.path().join(RING_FILE);
     fs::write(&ring_path, vec![0; line * 5 / 2]).unwrap();
     let (journal, _) = Journal::open(dir.path()).unwrap();
-    for i in 0..9 {
-        journal.record(denial(&format!("req-{i}"))).await.unwrap();
-    }
+    record_denials(&journal, 9).await;
     // Nine records, one sync each, and one sync of the log before each of the four wraps.
     assert_eq!(journal.stats().syncs, 9 + 4);
     drop(journal);
@@ -687,9 +690,7 @@ async fn a_damaged_or_forged_ring_is_ignored_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let head = {
         let (journal, _) = Journal::open(dir.path()).unwrap();
-        for i in 0..3 {
-            journal.record(denial(&format!("req-{i}"))).await.unwrap();
-        }
+        record_denials(&journal, 3).await;
         journal.head()
     };
     let before = fs::read(dir.path().join(AUDIT_FILE)).unwrap();
